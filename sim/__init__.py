@@ -1,0 +1,1 @@
+"""Devices that run VTA instruction streams: ``sim.fsim`` (functional) and ``sim.tsim`` (Verilated core)."""
