@@ -21,10 +21,28 @@ from typing import Any
 
 import numpy as np
 
-from vta_hw.spec import (AluOp, Config, MemType, Opcode, Stage, TOKEN_QUEUES, describe, illegal_dep_flags,
-                         load_config, stage_of, token_pops, token_pushes)
-from vta_runtime.errors import (DeadlockError, DeviceTimeout, IllegalInstructionError, MissingFinishError,
-                                SramIndexError, UnbalancedTokensError)
+from vta_hw.spec import (
+    TOKEN_QUEUES,
+    AluOp,
+    Config,
+    MemType,
+    Opcode,
+    Stage,
+    describe,
+    illegal_dep_flags,
+    load_config,
+    stage_of,
+    token_pops,
+    token_pushes,
+)
+from vta_runtime.errors import (
+    DeadlockError,
+    DeviceTimeout,
+    IllegalInstructionError,
+    MissingFinishError,
+    SramIndexError,
+    UnbalancedTokensError,
+)
 
 from .memory import DEFAULT_DRAM_BYTES, SimulatedDram
 
@@ -96,7 +114,7 @@ class FsimDevice:
         self._execute(prog, timeout)
 
     # ------------------------------------------------------------------ static checks
-    def _validate(self, p: "_Program") -> None:
+    def _validate(self, p: _Program) -> None:
         cfg = self.config
         finish_seen = False
         for i in range(p.n):
@@ -136,7 +154,7 @@ class FsimDevice:
         if not finish_seen:
             raise MissingFinishError(f"the stream of {p.n} instructions has no FINISH instruction")
 
-    def _check_mem(self, p: "_Program", i: int, op: int, mt: int) -> None:
+    def _check_mem(self, p: _Program, i: int, op: int, mt: int) -> None:
         f = p.mem_fields(i)
         sram, _, elem_bytes, _, name = self._mem[mt]
         depth = sram.shape[0]
@@ -158,7 +176,7 @@ class FsimDevice:
                             f"{'STORE' if op == Opcode.STORE else 'LOAD'} {name}", i)
 
     # ------------------------------------------------------------------ execution
-    def _execute(self, p: "_Program", timeout: float | None) -> None:
+    def _execute(self, p: _Program, timeout: float | None) -> None:
         queues = {Stage.LOAD: deque(), Stage.COMPUTE: deque(), Stage.STORE: deque()}
         for i in range(p.n):
             queues[p.stage[i]].append(i)
@@ -167,7 +185,7 @@ class FsimDevice:
         done = False
         while not done:
             progressed = False
-            for stage, q in queues.items():
+            for q in queues.values():
                 while q:
                     i = q[0]
                     pops = p.pops[i]
@@ -198,10 +216,10 @@ class FsimDevice:
             parts += [f"{c} token(s) remain in {t} ({_QUEUE_NAMES[t]})" for t, c in left_tokens.items()]
             raise UnbalancedTokensError(
                 "FINISH ran but the program is not balanced: " + "; ".join(parts) +
-                " (every push needs a matching pop before FINISH)", min((ix[0] for ix in leftovers.values()),
-                                                                          default=None))
+                " (every push needs a matching pop before FINISH)\n" + self._state(p, queues, tokens),
+                min((ix[0] for ix in leftovers.values()), default=None))
 
-    def _state(self, p: "_Program", queues, tokens) -> str:
+    def _state(self, p: _Program, queues, tokens) -> str:
         lines = []
         for stage, q in queues.items():
             if not q:
@@ -215,7 +233,7 @@ class FsimDevice:
         lines.append("  tokens : " + " ".join(f"{t}={tokens[t]}" for t in TOKEN_QUEUES))
         return "\n".join(lines)
 
-    def _exec_one(self, p: "_Program", i: int) -> None:
+    def _exec_one(self, p: _Program, i: int) -> None:
         op = p.opcode[i]
         if op == Opcode.LOAD:
             self._load(p.mem_fields(i))
@@ -257,7 +275,7 @@ class FsimDevice:
             strides=(f["x_stride"] * elems.strides[0], elems.strides[0], elems.strides[1]))
         dst[...] = sram[base:base + x * y].reshape(y, x, -1)
 
-    def _loop_indices(self, p: "_Program", i: int, fmt: str, names: tuple[str, ...]):
+    def _loop_indices(self, p: _Program, i: int, fmt: str, names: tuple[str, ...]):
         """Index arrays (in the hardware's loop order) for the uop fields, or None if the loop is empty."""
         g = p.gemm_fields(i) if fmt == "gemm" else p.alu_fields(i)
         bgn, end, it_o, it_i = g["uop_bgn"], g["uop_end"], g["iter_out"], g["iter_in"]
@@ -279,7 +297,7 @@ class FsimDevice:
         if top >= depth:
             raise SramIndexError(f"instruction {i}: {what} index {top} is past the buffer depth {depth}", i)
 
-    def _gemm(self, p: "_Program", i: int) -> None:
+    def _gemm(self, p: _Program, i: int) -> None:
         g, idx = self._loop_indices(p, i, "gemm", ("dst", "src", "wgt"))
         if idx is None:
             return
@@ -301,7 +319,7 @@ class FsimDevice:
         self.acc[rows] = new
         self.out[rows] = new.astype(np.int8)
 
-    def _alu(self, p: "_Program", i: int) -> None:
+    def _alu(self, p: _Program, i: int) -> None:
         g, idx = self._loop_indices(p, i, "alu", ("dst", "src"))
         if idx is None:
             return

@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
-from .command_queue import (COPY_DEVICE_DST, COPY_DEVICE_SRC, DEBUG_DUMP_INSN, DEBUG_DUMP_UOP, DEBUG_FORCE_SERIAL,
-                            DEBUG_SKIP_READ_BARRIER, DEBUG_SKIP_WRITE_BARRIER, CommandQueue, DataBuffer)
+from .command_queue import (
+    COPY_DEVICE_DST,
+    COPY_DEVICE_SRC,
+    DEBUG_DUMP_INSN,
+    DEBUG_DUMP_UOP,
+    DEBUG_FORCE_SERIAL,
+    DEBUG_SKIP_READ_BARRIER,
+    DEBUG_SKIP_WRITE_BARRIER,
+    CommandQueue,
+    DataBuffer,
+)
 from .device import DEVICE_METHODS, Device, open_device
-from .errors import (DeadlockError, DeviceError, DeviceMemoryError, DeviceTimeout, DramAccessError,
-                     IllegalInstructionError, MissingFinishError, ProgramError, RuntimeUsageError, SramIndexError,
-                     UnbalancedTokensError, VTAError)
+from .errors import (
+    DeadlockError,
+    DeviceError,
+    DeviceMemoryError,
+    DeviceTimeout,
+    DramAccessError,
+    IllegalInstructionError,
+    MissingFinishError,
+    ProgramError,
+    RuntimeUsageError,
+    SramIndexError,
+    UnbalancedTokensError,
+    VTAError,
+)
 from .uop import MODE_ALU, MODE_GEMM, UopKernel
 
 _command_queue: CommandQueue | None = None

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
-from vta_hw.spec import INSN_BYTES, MAX_XFER, MemType, Opcode, Stage, UOP_ELEM_BYTES, disassemble
+from vta_hw.spec import INSN_BYTES, MAX_XFER, UOP_ELEM_BYTES, MemType, Opcode, Stage, disassemble
 from vta_hw.spec.isa import QUEUE_ENDS
 
 from .device import Device

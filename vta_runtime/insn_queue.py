@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from vta_hw.spec import Isa, MemType, Opcode, Stage, TOKEN_QUEUES, queue_between, stage_of, token_pops, token_pushes
+from vta_hw.spec import TOKEN_QUEUES, Isa, MemType, Opcode, Stage, queue_between, stage_of, token_pops, token_pushes
 
 from .errors import RuntimeUsageError
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Hashable
 
 import numpy as np
 
-from vta_hw.spec import AluOp, Isa, SUPPORTED_ALU_OPS
+from vta_hw.spec import SUPPORTED_ALU_OPS, AluOp, Isa
 
 from .errors import RuntimeUsageError
 

@@ -3,11 +3,40 @@
 Pure Python (numpy only): importing this never imports amaranth or tvm.
 """
 
-from .config import (CONFIG_ENV_VAR, DEFAULT_CONFIG_PATH, HW_VER, INSN_BYTES, KEYS, MAX_XFER, PAGE_BITS,
-                     PAGE_BYTES, TARGETS, UOP_ELEM_BYTES, Config, ConfigError, load_config)
+from .config import (
+                     CONFIG_ENV_VAR,
+                     DEFAULT_CONFIG_PATH,
+                     HW_VER,
+                     INSN_BYTES,
+                     KEYS,
+                     MAX_XFER,
+                     PAGE_BITS,
+                     PAGE_BYTES,
+                     TARGETS,
+                     UOP_ELEM_BYTES,
+                     Config,
+                     ConfigError,
+                     load_config,
+)
 from .disasm import describe, disassemble
-from .isa import (SUPPORTED_ALU_OPS, TOKEN_QUEUES, AluOp, Field, Format, Isa, IsaEncodeError, IsaLayoutError,
-                  MemType, Opcode, Stage, illegal_dep_flags, queue_between, stage_of, token_pops, token_pushes)
+from .isa import (
+                     SUPPORTED_ALU_OPS,
+                     TOKEN_QUEUES,
+                     AluOp,
+                     Field,
+                     Format,
+                     Isa,
+                     IsaEncodeError,
+                     IsaLayoutError,
+                     MemType,
+                     Opcode,
+                     Stage,
+                     illegal_dep_flags,
+                     queue_between,
+                     stage_of,
+                     token_pops,
+                     token_pushes,
+)
 
 __all__ = [
     "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "HW_VER", "INSN_BYTES", "KEYS", "MAX_XFER", "PAGE_BITS", "PAGE_BYTES",

@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .isa import Isa, IsaLayoutError
 
@@ -224,7 +225,7 @@ class Config:
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
-    def replace(self, **changes: Any) -> "Config":
+    def replace(self, **changes: Any) -> Config:
         """A new validated config with some keys changed."""
         return Config({**self._raw, **changes}, source=f"{self.source} (modified)")
 
@@ -292,7 +293,7 @@ def _validate_keys(cfg: dict[str, Any], source: str) -> dict[str, Any]:
     return {k: cfg[k] for k in KEYS}
 
 
-def load_config(cfg: "Config | Mapping[str, Any] | str | os.PathLike[str] | None" = None) -> Config:
+def load_config(cfg: Config | Mapping[str, Any] | str | os.PathLike[str] | None = None) -> Config:
     """Load a configuration from a Config, a dict, a JSON file path, ``$VTA_CONFIG`` or the default file."""
     if isinstance(cfg, Config):
         return cfg

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .isa import AluOp, Isa, MemType, Opcode, TOKEN_QUEUES, stage_of, token_pops, token_pushes
+from .isa import TOKEN_QUEUES, AluOp, Isa, MemType, Opcode, stage_of, token_pops, token_pushes
 
 
 def _words(stream: bytes | np.ndarray | Sequence[int]) -> list[int]:

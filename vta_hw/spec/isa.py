@@ -8,9 +8,9 @@ the Amaranth layouts in ``vta_hw`` are both made from these tables.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Iterable, Mapping
 
 import numpy as np
 

