@@ -1,0 +1,31 @@
+"""nox -s bench [-- --quick]: run every benchmark section and write build/bench/results.json."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import fsim_bench
+from .common import write_results
+
+SECTIONS = {"fsim": fsim_bench.run}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="smaller problems (for CI smoke runs)")
+    p.add_argument("--only", choices=sorted(SECTIONS), action="append", help="run only these sections")
+    args = p.parse_args(argv)
+    results = {}
+    for name, fn in SECTIONS.items():
+        if args.only and name not in args.only:
+            continue
+        print(f"== {name} ==")
+        results[name] = fn(quick=args.quick)
+    path = write_results(results)
+    print(f"results written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
