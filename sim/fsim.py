@@ -28,29 +28,21 @@ from vta_hw.spec import (
     MemType,
     Opcode,
     Stage,
-    describe,
-    illegal_dep_flags,
     load_config,
-    stage_of,
-    token_pops,
-    token_pushes,
 )
+from vta_runtime.diagnose import Program as _Program
+from vta_runtime.diagnose import check_stream, state_report, unbalanced_error
 from vta_runtime.errors import (
     DeadlockError,
     DeviceTimeout,
-    IllegalInstructionError,
     MissingFinishError,
     SramIndexError,
-    UnbalancedTokensError,
 )
 
 from .memory import DEFAULT_DRAM_BYTES, SimulatedDram
 
 COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes",
             "gemm_counter", "alu_counter")
-
-_QUEUE_NAMES = {"l2g": "load->compute", "g2l": "compute->load", "g2s": "compute->store", "s2g": "store->compute"}
-
 
 class FsimDevice:
     """Functional simulator implementing the ``vta_runtime.Device`` protocol."""
@@ -115,65 +107,7 @@ class FsimDevice:
 
     # ------------------------------------------------------------------ static checks
     def _validate(self, p: _Program) -> None:
-        cfg = self.config
-        finish_seen = False
-        for i in range(p.n):
-            op = p.opcode[i]
-            if op > Opcode.ALU:
-                raise IllegalInstructionError(f"instruction {i}: illegal opcode {op} (valid: 0-4)", i)
-            if op == Opcode.FINISH:
-                finish_seen = True
-            mt = p.mem("memory_type", i)
-            st = p.stage[i]
-            if op == Opcode.LOAD and st is None:
-                why = "ACC_8BIT loads are not supported (see README)" if mt == MemType.ACC_8BIT else \
-                    "a LOAD may target UOP(0), WGT(1), INP(2) or ACC(3)"
-                raise IllegalInstructionError(f"instruction {i}: LOAD with memory type {mt}: {why}", i)
-            if op == Opcode.STORE and p.mem("x_size", i) and mt != MemType.OUT:
-                raise IllegalInstructionError(
-                    f"instruction {i}: STORE with memory type {mt}: a STORE reads the OUT buffer (4)", i)
-            if op == Opcode.STORE and mt > MemType.OUT:
-                raise IllegalInstructionError(f"instruction {i}: STORE NOP with memory type {mt} (valid: 0-4)", i)
-            bad = illegal_dep_flags(st, p.flags(i))
-            if bad:
-                raise IllegalInstructionError(
-                    f"instruction {i}: {', '.join(bad)} set on a {st.name.lower()} instruction, whose module "
-                    "has no such queue", i)
-            if op == Opcode.ALU:
-                aop = p.alu("alu_opcode", i)
-                if aop not in (AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR):
-                    why = "MUL is not supported (see README)" if aop == AluOp.MUL else "valid: 0-3"
-                    raise IllegalInstructionError(f"instruction {i}: illegal ALU opcode {aop} ({why})", i)
-            if op in (Opcode.GEMM, Opcode.ALU):
-                end = p.gemm("uop_end", i)
-                if end > cfg.UOP_BUFF_DEPTH:
-                    raise SramIndexError(
-                        f"instruction {i}: uop_end={end} is past the UOP buffer depth {cfg.UOP_BUFF_DEPTH}", i)
-            if op in (Opcode.LOAD, Opcode.STORE) and p.mem("x_size", i):
-                self._check_mem(p, i, op, mt)
-        if not finish_seen:
-            raise MissingFinishError(f"the stream of {p.n} instructions has no FINISH instruction")
-
-    def _check_mem(self, p: _Program, i: int, op: int, mt: int) -> None:
-        f = p.mem_fields(i)
-        sram, _, elem_bytes, _, name = self._mem[mt]
-        depth = sram.shape[0]
-        if op == Opcode.STORE:
-            if f["y_pad_0"] or f["y_pad_1"] or f["x_pad_0"] or f["x_pad_1"]:
-                raise IllegalInstructionError(f"instruction {i}: a STORE must have zero padding fields", i)
-            rows, cols = f["y_size"], f["x_size"]
-        else:
-            rows = f["y_pad_0"] + f["y_size"] + f["y_pad_1"]
-            cols = f["x_pad_0"] + f["x_size"] + f["x_pad_1"]
-        last = f["sram_base"] + rows * cols
-        if last > depth:
-            raise SramIndexError(
-                f"instruction {i}: {'STORE from' if op == Opcode.STORE else 'LOAD into'} {name} covers SRAM "
-                f"indices {f['sram_base']}..{last - 1}, past the {name} buffer depth {depth}", i)
-        if f["y_size"]:
-            span = max(f["x_size"], (f["y_size"] - 1) * f["x_stride"] + f["x_size"])
-            self.dram.check(f["dram_base"] * elem_bytes, span * elem_bytes,
-                            f"{'STORE' if op == Opcode.STORE else 'LOAD'} {name}", i)
+        check_stream(self.config, p, self.dram)
 
     # ------------------------------------------------------------------ execution
     def _execute(self, p: _Program, timeout: float | None) -> None:
@@ -209,29 +143,12 @@ class FsimDevice:
             if not progressed and not done:
                 raise DeadlockError("deadlock: no module can make progress\n" + self._state(p, queues, tokens),
                                     min(q[0] for q in queues.values() if q))
-        leftovers = {s: list(q) for s, q in queues.items() if q}
-        left_tokens = {t: c for t, c in tokens.items() if c}
-        if leftovers or left_tokens:
-            parts = [f"{s.name.lower()} has {len(ix)} instruction(s) left from #{ix[0]}" for s, ix in leftovers.items()]
-            parts += [f"{c} token(s) remain in {t} ({_QUEUE_NAMES[t]})" for t, c in left_tokens.items()]
-            raise UnbalancedTokensError(
-                "FINISH ran but the program is not balanced: " + "; ".join(parts) +
-                " (every push needs a matching pop before FINISH)\n" + self._state(p, queues, tokens),
-                min((ix[0] for ix in leftovers.values()), default=None))
+        err = unbalanced_error(self.isa, p, queues, tokens)
+        if err is not None:
+            raise err
 
     def _state(self, p: _Program, queues, tokens) -> str:
-        lines = []
-        for stage, q in queues.items():
-            if not q:
-                lines.append(f"  {stage.name.lower():<7}: no instructions left")
-                continue
-            i = q[0]
-            waits = [t for t in p.pops[i] if tokens[t] == 0]
-            wait = ", ".join(f"a token on {t} ({_QUEUE_NAMES[t]})" for t in waits) if waits else "nothing"
-            lines.append(f"  {stage.name.lower():<7}: at instruction {i} ({describe(self.isa, p.word(i))}), "
-                         f"waiting for {wait}; {len(q)} instruction(s) left")
-        lines.append("  tokens : " + " ".join(f"{t}={tokens[t]}" for t in TOKEN_QUEUES))
-        return "\n".join(lines)
+        return state_report(self.isa, p, queues, tokens)
 
     def _exec_one(self, p: _Program, i: int) -> None:
         op = p.opcode[i]
@@ -395,51 +312,3 @@ def _gemm_products(inp, wgt, x, w, batch, block_in, block_out) -> np.ndarray:
         wt = wgt[w].astype(np.float32).reshape(n, block_out, block_in)
         out[...] = np.einsum("nbk,nok->nbo", xs, wt)
     return out.reshape(n, batch * block_out).astype(np.float64)
-
-
-class _Program:
-    """A decoded instruction stream: per-field columns, stages and token actions."""
-
-    def __init__(self, isa, words: np.ndarray):
-        self.isa = isa
-        self.words = words
-        self.n = words.shape[0]
-        self.opcode = (words[:, 0] & np.uint64(7)).astype(np.int64).tolist()
-        self._cols: dict[str, dict[str, list[int]]] = {}
-        for key, fmt in (("mem", isa.mem), ("gemm", isa.gemm), ("alu", isa.alu)):
-            self._cols[key] = {f.name: fmt.extract(words, f.name).tolist() for f in fmt}
-        mt = self._cols["mem"]["memory_type"]
-        self.stage = [stage_of(op, mt[i]) if op <= Opcode.ALU else None for i, op in enumerate(self.opcode)]
-        self.pops, self.pushes = [], []
-        for i in range(self.n):
-            st, fl = self.stage[i], self.flags(i)
-            self.pops.append(token_pops(st, fl) if st else [])
-            self.pushes.append(token_pushes(st, fl) if st else [])
-
-    def word(self, i: int) -> int:
-        return int(self.words[i, 0]) | (int(self.words[i, 1]) << 64)
-
-    def flags(self, i: int) -> dict[str, int]:
-        c = self._cols["mem"]
-        return {k: c[k][i] for k in ("pop_prev_dep", "pop_next_dep", "push_prev_dep", "push_next_dep")}
-
-    def mem(self, name: str, i: int) -> int:
-        return self._cols["mem"][name][i]
-
-    def gemm(self, name: str, i: int) -> int:
-        return self._cols["gemm"][name][i]
-
-    def alu(self, name: str, i: int) -> int:
-        return self._cols["alu"][name][i]
-
-    def _fields(self, key: str, i: int) -> dict[str, int]:
-        return {k: v[i] for k, v in self._cols[key].items()}
-
-    def mem_fields(self, i: int) -> dict[str, int]:
-        return self._fields("mem", i)
-
-    def gemm_fields(self, i: int) -> dict[str, int]:
-        return self._fields("gemm", i)
-
-    def alu_fields(self, i: int) -> dict[str, int]:
-        return self._fields("alu", i)

@@ -1,0 +1,177 @@
+"""Compute: runs UOP and ACC loads, GEMM, ALU and FINISH from the compute command queue.
+
+It owns the UOP and ACC SRAMs, reads INP and WGT, and is the only writer of OUT. Dependency
+tokens (spec 2.3): pop_prev waits on l2g, pop_next on s2g (before the instruction); push_prev
+gives g2l, push_next gives g2s (after the instruction's last SRAM write). FINISH stops the module
+(``finished``); the core then checks that the run is balanced.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from vta_hw.spec import MemType, Opcode
+from vta_hw.spec.regmap import DmaClient, ErrorCode
+
+from .axi import ReadClientSignature
+from .layouts import INDEX_BITS
+from .sram import Sram, SramReadSignature, SramWriteSignature
+from .tensor_compute import TensorCompute
+from .tensor_load import TensorLoad
+
+
+def module_status_members() -> dict:
+    """Status outputs shared by load, compute and store."""
+    return {
+        "quiet": Out(1),       # can do nothing until some other module acts
+        "holding": Out(1),     # has an instruction it has not retired (executing or waiting)
+        "head_valid": Out(1),  # an instruction is held or queued: head_index is its index
+        "head_index": Out(INDEX_BITS),
+        "retired": Out(INDEX_BITS),   # index of the last retired instruction + 1
+        "busy": Out(1),
+        "stall": Out(1),
+        "dma_active": Out(1),
+        "error": Out(1),
+        "error_code": Out(8),
+        "error_detail": Out(8),
+        "error_info": Out(32),
+        "error_index": Out(INDEX_BITS),
+    }
+
+
+class Compute(wiring.Component):
+    def __init__(self, layouts, data_bits: int):
+        cfg = layouts.cfg
+        self.cfg = cfg
+        self.layouts = layouts
+        self.data_bits = data_bits
+        ab = (cfg.ACC_BUFF_DEPTH - 1).bit_length() or 1
+        members = {
+            "cmd": In(stream.Signature(layouts.cmd)),
+            "l2g_avail": In(1), "l2g_pop": Out(1),
+            "s2g_avail": In(1), "s2g_pop": Out(1),
+            "g2l_push": Out(1), "g2s_push": Out(1),
+            "inp_rd": Out(SramReadSignature((cfg.INP_BUFF_DEPTH - 1).bit_length() or 1, cfg.INP_ELEM_BITS)),
+            "wgt_rd": Out(SramReadSignature((cfg.WGT_BUFF_DEPTH - 1).bit_length() or 1, cfg.WGT_ELEM_BITS)),
+            "out_wr": Out(SramWriteSignature(ab, cfg.OUT_ELEM_BITS)),
+            "uop_axi": Out(ReadClientSignature(data_bits)),
+            "acc_axi": Out(ReadClientSignature(data_bits)),
+            "halt": In(1),
+            "finished": Out(1),
+            "uop_elem": Out(1), "acc_elem": Out(1), "gemm_uop": Out(1), "alu_uop": Out(1),
+            "gemm_active": Out(1), "alu_active": Out(1),
+        }
+        members.update(module_status_members())
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, lay = self.cfg, self.layouts
+        m.submodules.uop_sram = uop_sram = Sram(cfg.UOP_BUFF_DEPTH, 32, "uop")
+        m.submodules.acc_sram = acc_sram = Sram(cfg.ACC_BUFF_DEPTH, cfg.ACC_ELEM_BITS, "acc")
+        m.submodules.tc = tc = TensorCompute(lay)
+        m.submodules.uop_load = uop_load = TensorLoad(lay, 32, self.data_bits, uop_sram.addr_bits)
+        m.submodules.acc_load = acc_load = TensorLoad(lay, cfg.ACC_ELEM_BITS, self.data_bits, acc_sram.addr_bits)
+        wiring.connect(m, wiring.flipped(self.uop_axi), uop_load.axi)
+        wiring.connect(m, wiring.flipped(self.acc_axi), acc_load.axi)
+        wiring.connect(m, wiring.flipped(self.inp_rd), tc.inp_rd)
+        wiring.connect(m, wiring.flipped(self.wgt_rd), tc.wgt_rd)
+        wiring.connect(m, wiring.flipped(self.out_wr), tc.out_wr)
+        wiring.connect(m, tc.uop_rd, uop_sram.rd)
+        wiring.connect(m, tc.acc_rd, acc_sram.rd)
+        wiring.connect(m, uop_load.sram, uop_sram.wr)
+        # ACC write port: the ACC load or the uop loop (never both at once)
+        with m.If(acc_load.busy):
+            m.d.comb += [acc_sram.wr.addr.eq(acc_load.sram.addr), acc_sram.wr.data.eq(acc_load.sram.data),
+                         acc_sram.wr.en.eq(acc_load.sram.en)]
+        with m.Else():
+            m.d.comb += [acc_sram.wr.addr.eq(tc.acc_wr.addr), acc_sram.wr.data.eq(tc.acc_wr.data),
+                         acc_sram.wr.en.eq(tc.acc_wr.en)]
+
+        halt = self.halt
+        for x in (tc, uop_load, acc_load):
+            m.d.comb += x.halt.eq(halt)
+
+        insn = Signal(128)
+        index = Signal(INDEX_BITS)
+        mem = data.View(lay.mem, insn)
+        m.d.comb += [uop_load.insn.eq(insn), acc_load.insn.eq(insn), tc.insn.eq(insn)]
+        op = mem.opcode
+        need_l2g = mem.pop_prev_dep & ~self.l2g_avail
+        need_s2g = mem.pop_next_dep & ~self.s2g_avail
+        waiting = need_l2g | need_s2g
+        dma_idle = uop_load.dma_idle & acc_load.dma_idle
+
+        IDLE, WAIT, LOADING, COMPUTING, PUSH = range(5)
+        state = Signal(range(5))
+        with m.Switch(state):
+            with m.Case(IDLE):
+                m.d.comb += self.cmd.ready.eq(~halt & ~self.finished)
+                with m.If(self.cmd.valid & self.cmd.ready):
+                    m.d.sync += [insn.eq(self.cmd.payload.insn), index.eq(self.cmd.payload.index), state.eq(WAIT)]
+            with m.Case(WAIT):
+                with m.If(halt):
+                    m.d.sync += state.eq(IDLE)
+                with m.Elif(~waiting):
+                    m.d.comb += [self.l2g_pop.eq(mem.pop_prev_dep), self.s2g_pop.eq(mem.pop_next_dep)]
+                    with m.If(op == Opcode.LOAD):
+                        with m.If(mem.x_size == 0):
+                            m.d.sync += state.eq(PUSH)
+                        with m.Elif(mem.memory_type == MemType.UOP):
+                            m.d.comb += uop_load.start.eq(1)
+                            m.d.sync += state.eq(LOADING)
+                        with m.Else():
+                            m.d.comb += acc_load.start.eq(1)
+                            m.d.sync += state.eq(LOADING)
+                    with m.Elif((op == Opcode.GEMM) | (op == Opcode.ALU)):
+                        m.d.comb += tc.start.eq(1)
+                        m.d.sync += state.eq(COMPUTING)
+                    with m.Else():  # FINISH
+                        m.d.sync += state.eq(PUSH)
+            with m.Case(LOADING):
+                with m.If(halt):
+                    m.d.sync += state.eq(IDLE)
+                with m.Elif(~uop_load.busy & ~acc_load.busy):
+                    m.d.sync += state.eq(PUSH)
+            with m.Case(COMPUTING):
+                with m.If(halt):
+                    m.d.sync += state.eq(IDLE)
+                with m.Elif(~tc.busy):
+                    m.d.sync += state.eq(PUSH)
+            with m.Case(PUSH):
+                with m.If(halt):
+                    m.d.sync += state.eq(IDLE)
+                with m.Else():
+                    m.d.comb += [self.g2l_push.eq(mem.push_prev_dep), self.g2s_push.eq(mem.push_next_dep)]
+                    m.d.sync += [self.retired.eq(index + 1), state.eq(IDLE)]
+                    with m.If(op == Opcode.FINISH):
+                        m.d.sync += self.finished.eq(1)
+
+        holding = state != IDLE
+        m.d.comb += [
+            self.holding.eq(holding),
+            self.head_valid.eq(holding | self.cmd.valid),
+            self.head_index.eq(Mux(holding, index, self.cmd.payload.index)),
+            self.busy.eq(holding & ~((state == WAIT) & waiting)),
+            self.stall.eq((state == WAIT) & waiting),
+            self.dma_active.eq(~dma_idle),
+            self.quiet.eq(dma_idle & ~tc.busy & (((state == IDLE) & (~self.cmd.valid | self.finished | halt))
+                                                  | ((state == WAIT) & waiting & ~halt))),
+            self.uop_elem.eq(uop_load.data_elem), self.acc_elem.eq(acc_load.data_elem),
+            self.gemm_uop.eq(tc.gemm_uop), self.alu_uop.eq(tc.alu_uop),
+            self.gemm_active.eq(tc.gemm_active), self.alu_active.eq(tc.alu_active),
+        ]
+        # errors (sticky until the next START resets the module)
+        with m.If(~self.error):
+            with m.If(tc.error):
+                m.d.sync += [self.error.eq(1), self.error_code.eq(ErrorCode.INDEX_RANGE),
+                             self.error_detail.eq(tc.error_operand), self.error_info.eq(tc.error_value),
+                             self.error_index.eq(index)]
+            with m.Elif(uop_load.error | acc_load.error):
+                m.d.sync += [self.error.eq(1), self.error_code.eq(ErrorCode.DRAM_ACCESS),
+                             self.error_detail.eq(Mux(uop_load.error, DmaClient.UOP, DmaClient.ACC)),
+                             self.error_info.eq(Mux(uop_load.error, uop_load.error_addr, acc_load.error_addr)),
+                             self.error_index.eq(index)]
+        return m

@@ -1,0 +1,279 @@
+"""DMA engines: one DRAM row at a time, split into AXI bursts.
+
+``DmaReader`` turns row commands (byte address, element count) into AR bursts (at most 256
+beats, never across a 4 KiB boundary, several outstanding) and the returning beats into a stream
+of whole elements. Elements may be wider than a beat (they are assembled from consecutive beats)
+or narrower (several per beat; a row may then start inside a beat, e.g. UOP loads).
+
+``DmaWriter`` does the reverse for elements at least one beat wide (STORE).
+
+Both accept ``halt``: no new bursts are issued, read data still owed by the bus is accepted and
+dropped, write bursts already announced are completed with zero strobes, so the bus is never left
+hanging. ``idle`` is true when no transaction is outstanding. A bus error response, or a row that
+would run past the 32-bit address space, sets the sticky ``error``.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import ADDR_BITS, BOUNDARY_BYTES, MAX_BURST_BEATS, ReadClientSignature, WriteClientSignature
+
+#: Width of byte addresses computed inside the DMA engines (wider than AXI so overflow is seen).
+WIDE_ADDR_BITS = 48
+COUNT_BITS = 17
+
+
+def row_cmd_layout() -> data.StructLayout:
+    return data.StructLayout({"addr": WIDE_ADDR_BITS, "count": COUNT_BITS})
+
+
+def _log2(x: int) -> int:
+    assert x > 0 and x & (x - 1) == 0, x
+    return x.bit_length() - 1
+
+
+class _BurstSplitter:
+    """Shared burst-splitting logic: holds the rest of a row and produces the next burst."""
+
+    def __init__(self, m: Module, elem_bytes: int, beat_bytes: int):
+        self.log_b = _log2(beat_bytes)
+        self.log_e = _log2(elem_bytes)
+        beats_bits = COUNT_BITS + max(self.log_e - self.log_b, 0) + 2
+        self.cur = Signal(WIDE_ADDR_BITS)
+        self.beats_left = Signal(beats_bits)
+        self.active = Signal()
+        to_boundary = Signal(range(BOUNDARY_BYTES // beat_bytes + 1))
+        m.d.comb += to_boundary.eq((BOUNDARY_BYTES - self.cur[:_log2(BOUNDARY_BYTES)]) >> self.log_b)
+        n = Signal(range(MAX_BURST_BEATS + 1))
+        m.d.comb += n.eq(Mux(self.beats_left < MAX_BURST_BEATS, self.beats_left, MAX_BURST_BEATS))
+        self.n = Signal(range(MAX_BURST_BEATS + 1))
+        m.d.comb += self.n.eq(Mux(to_boundary < n, to_boundary, n))
+
+    def start(self, m: Module, addr, count):
+        """Statements for a new row; returns (overflow, nonempty) expressions."""
+        end = Signal(WIDE_ADDR_BITS + 1)
+        first = Signal(WIDE_ADDR_BITS)
+        m.d.comb += [end.eq(addr + (count << self.log_e)),
+                     first.eq(addr >> self.log_b)]
+        last_excl = (end + (1 << self.log_b) - 1) >> self.log_b
+        overflow = end > (1 << ADDR_BITS)
+        return end, first, last_excl, overflow
+
+
+class DmaReader(wiring.Component):
+    def __init__(self, elem_bits: int, data_bits: int, max_outstanding: int = 8, row_fifo_depth: int = 4):
+        self.elem_bits = elem_bits
+        self.data_bits = data_bits
+        self.max_outstanding = max_outstanding
+        self.row_fifo_depth = row_fifo_depth
+        super().__init__({
+            "cmd": In(stream.Signature(row_cmd_layout())),
+            "out": Out(stream.Signature(elem_bits)),
+            "axi": Out(ReadClientSignature(data_bits)),
+            "halt": In(1),
+            "idle": Out(1),
+            "error": Out(1),
+            "error_addr": Out(ADDR_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        ew, dw = self.elem_bits, self.data_bits
+        eb, bb = ew // 8, dw // 8
+        sp = _BurstSplitter(m, eb, bb)
+        ar, r = self.axi.ar, self.axi.r
+
+        outstanding = Signal(range(self.max_outstanding + 1))
+        issued = Signal()
+        done_burst = Signal()
+        m.d.comb += done_burst.eq(r.valid & r.ready & r.payload.last)
+        m.d.sync += outstanding.eq(outstanding + issued - done_burst)
+
+        narrow = ew < dw
+        if narrow:
+            k_per_beat = dw // ew
+            info_layout = data.StructLayout({"skip": max(_log2(k_per_beat), 1), "count": COUNT_BITS})
+            m.submodules.rows = rows = fifo.SyncFIFOBuffered(width=info_layout.size, depth=self.row_fifo_depth)
+            info = data.View(info_layout, rows.r_data)
+            info_w = data.View(info_layout, rows.w_data)
+
+        # ---- issue side
+        ar_valid = Signal()
+        ar_addr = Signal(ADDR_BITS)
+        ar_len = Signal(8)
+        m.d.comb += [ar.valid.eq(ar_valid), ar.payload.addr.eq(ar_addr), ar.payload.len.eq(ar_len)]
+        with m.If(ar.ready):
+            m.d.sync += ar_valid.eq(0)
+
+        cmd = self.cmd.payload
+        end, first, last_excl, overflow = sp.start(m, cmd.addr, cmd.count)
+        can_take = ~sp.active & ~self.halt
+        if narrow:
+            can_take &= rows.w_rdy
+        m.d.comb += self.cmd.ready.eq(can_take)
+        with m.If(self.cmd.valid & can_take):
+            with m.If(overflow):
+                m.d.sync += [self.error.eq(1), self.error_addr.eq(cmd.addr[:ADDR_BITS])]
+            with m.Elif(cmd.count != 0):
+                m.d.sync += [sp.active.eq(1), sp.cur.eq(first << sp.log_b), sp.beats_left.eq(last_excl - first)]
+                if narrow:
+                    m.d.comb += [rows.w_en.eq(1), info_w.count.eq(cmd.count),
+                                 info_w.skip.eq(cmd.addr[_log2(eb):_log2(bb)])]
+
+        slot_free = ~ar_valid | ar.ready
+        with m.If(sp.active & slot_free & (outstanding < self.max_outstanding) & ~self.halt):
+            m.d.comb += issued.eq(1)
+            m.d.sync += [ar_valid.eq(1), ar_addr.eq(sp.cur[:ADDR_BITS]), ar_len.eq(sp.n - 1),
+                         sp.cur.eq(sp.cur + (sp.n << sp.log_b)), sp.beats_left.eq(sp.beats_left - sp.n)]
+            with m.If(sp.beats_left == sp.n):
+                m.d.sync += sp.active.eq(0)
+        with m.If(self.halt):
+            m.d.sync += sp.active.eq(0)
+
+        with m.If(r.valid & r.ready & (r.payload.resp != 0)):
+            m.d.sync += [self.error.eq(1), self.error_addr.eq(ar_addr)]
+
+        m.d.comb += self.idle.eq((outstanding == 0) & ~sp.active & ~ar_valid)
+
+        # ---- data side
+        if not narrow:
+            ratio = ew // dw
+            buf = Signal(ew)
+            full = Signal()
+            cnt = Signal(range(max(ratio, 2)))
+            m.d.comb += [self.out.valid.eq(full & ~self.halt), self.out.payload.eq(buf)]
+            m.d.comb += r.ready.eq(self.halt | ~full | self.out.ready)
+            with m.If(self.out.valid & self.out.ready):
+                m.d.sync += full.eq(0)
+            with m.If(r.valid & r.ready & ~self.halt):
+                if ratio == 1:
+                    m.d.sync += [buf.eq(r.payload.data), full.eq(1)]
+                else:
+                    m.d.sync += buf.eq(Cat(buf[dw:], r.payload.data))
+                    with m.If(cnt == ratio - 1):
+                        m.d.sync += [cnt.eq(0), full.eq(1)]
+                    with m.Else():
+                        m.d.sync += cnt.eq(cnt + 1)
+            with m.If(self.halt):
+                m.d.sync += [full.eq(0), cnt.eq(0)]
+        else:
+            beat = Signal(dw)
+            beat_valid = Signal()
+            pos = Signal(range(k_per_beat))
+            rem = Signal(COUNT_BITS)
+            row_active = Signal()
+            m.d.comb += [self.out.valid.eq(beat_valid & ~self.halt),
+                         self.out.payload.eq(beat.word_select(pos, ew)),
+                         r.ready.eq(self.halt | (~beat_valid & (row_active | rows.r_rdy)))]
+            with m.If(r.valid & r.ready & ~self.halt):
+                m.d.sync += [beat.eq(r.payload.data), beat_valid.eq(1)]
+                with m.If(~row_active):
+                    m.d.sync += [pos.eq(info.skip), rem.eq(info.count), row_active.eq(1)]
+            with m.If(self.out.valid & self.out.ready):
+                m.d.sync += [rem.eq(rem - 1), pos.eq(pos + 1)]
+                with m.If(rem == 1):
+                    m.d.sync += [beat_valid.eq(0), row_active.eq(0), pos.eq(0)]
+                    m.d.comb += rows.r_en.eq(1)
+                with m.Elif(pos == k_per_beat - 1):
+                    m.d.sync += [beat_valid.eq(0), pos.eq(0)]
+            with m.If(self.halt):
+                m.d.sync += [beat_valid.eq(0), row_active.eq(0)]
+        return m
+
+
+class DmaWriter(wiring.Component):
+    def __init__(self, elem_bits: int, data_bits: int, max_outstanding: int = 8, len_fifo_depth: int = 4):
+        assert elem_bits >= data_bits and elem_bits % data_bits == 0
+        self.elem_bits = elem_bits
+        self.data_bits = data_bits
+        self.max_outstanding = max_outstanding
+        self.len_fifo_depth = len_fifo_depth
+        super().__init__({
+            "cmd": In(stream.Signature(row_cmd_layout())),
+            "inp": In(stream.Signature(elem_bits)),
+            "axi": Out(WriteClientSignature(data_bits)),
+            "halt": In(1),
+            "idle": Out(1),
+            "error": Out(1),
+            "error_addr": Out(ADDR_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        ew, dw = self.elem_bits, self.data_bits
+        ratio = ew // dw
+        sp = _BurstSplitter(m, ew // 8, dw // 8)
+        aw, w, b = self.axi.aw, self.axi.w, self.axi.b
+
+        m.submodules.lens = lens = fifo.SyncFIFOBuffered(width=9, depth=self.len_fifo_depth)
+
+        outstanding = Signal(range(self.max_outstanding + 1))
+        issued = Signal()
+        m.d.comb += b.ready.eq(1)
+        m.d.sync += outstanding.eq(outstanding + issued - b.valid)
+        with m.If(b.valid & (b.payload != 0)):
+            m.d.sync += [self.error.eq(1), self.error_addr.eq(aw.payload.addr)]
+
+        aw_valid = Signal()
+        aw_addr = Signal(ADDR_BITS)
+        aw_len = Signal(8)
+        m.d.comb += [aw.valid.eq(aw_valid), aw.payload.addr.eq(aw_addr), aw.payload.len.eq(aw_len)]
+        with m.If(aw.ready):
+            m.d.sync += aw_valid.eq(0)
+
+        cmd = self.cmd.payload
+        end, first, last_excl, overflow = sp.start(m, cmd.addr, cmd.count)
+        can_take = ~sp.active & ~self.halt
+        m.d.comb += self.cmd.ready.eq(can_take)
+        with m.If(self.cmd.valid & can_take):
+            with m.If(overflow):
+                m.d.sync += [self.error.eq(1), self.error_addr.eq(cmd.addr[:ADDR_BITS])]
+            with m.Elif(cmd.count != 0):
+                m.d.sync += [sp.active.eq(1), sp.cur.eq(first << sp.log_b), sp.beats_left.eq(last_excl - first)]
+
+        slot_free = ~aw_valid | aw.ready
+        with m.If(sp.active & slot_free & lens.w_rdy & (outstanding < self.max_outstanding) & ~self.halt):
+            m.d.comb += [issued.eq(1), lens.w_en.eq(1), lens.w_data.eq(sp.n)]
+            m.d.sync += [aw_valid.eq(1), aw_addr.eq(sp.cur[:ADDR_BITS]), aw_len.eq(sp.n - 1),
+                         sp.cur.eq(sp.cur + (sp.n << sp.log_b)), sp.beats_left.eq(sp.beats_left - sp.n)]
+            with m.If(sp.beats_left == sp.n):
+                m.d.sync += sp.active.eq(0)
+        with m.If(self.halt):
+            m.d.sync += sp.active.eq(0)
+
+        # ---- W side
+        wrem = Signal(9)
+        wactive = Signal()
+        ebuf = Signal(ew)
+        ecnt = Signal(range(ratio + 1))
+        evalid = Signal()
+        w_fire = Signal()
+        with m.If(~wactive & lens.r_rdy):
+            m.d.comb += lens.r_en.eq(1)
+            m.d.sync += [wactive.eq(1), wrem.eq(lens.r_data)]
+        m.d.comb += [
+            w.valid.eq(wactive & (evalid | self.halt)),
+            w.payload.data.eq(ebuf[:dw]),
+            w.payload.strb.eq(Mux(evalid, Const(-1, dw // 8), 0)),
+            w.payload.last.eq(wrem == 1),
+            w_fire.eq(w.valid & w.ready),
+        ]
+        last_beat_of_elem = ecnt == 1
+        with m.If(w_fire):
+            m.d.sync += wrem.eq(wrem - 1)
+            with m.If(wrem == 1):
+                m.d.sync += wactive.eq(0)
+            with m.If(evalid):
+                m.d.sync += [ebuf.eq(ebuf >> dw), ecnt.eq(ecnt - 1)]
+                with m.If(last_beat_of_elem):
+                    m.d.sync += evalid.eq(0)
+        take = ~self.halt & (~evalid | (w_fire & last_beat_of_elem))
+        m.d.comb += self.inp.ready.eq(take)
+        with m.If(self.inp.valid & take):
+            m.d.sync += [ebuf.eq(self.inp.payload), ecnt.eq(ratio), evalid.eq(1)]
+
+        m.d.comb += self.idle.eq((outstanding == 0) & ~sp.active & ~aw_valid & ~wactive & ~lens.r_rdy)
+        return m

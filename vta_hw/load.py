@@ -1,0 +1,108 @@
+"""Load: runs INP and WGT loads (2-D DMA with zero padding) from the load command queue.
+
+Dependency tokens (spec 2.3): pop_next waits on g2l before the load, push_next gives l2g after
+its last SRAM write. A load with x_size = 0 only does its token work.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from vta_hw.spec import MemType
+from vta_hw.spec.regmap import DmaClient, ErrorCode
+
+from .axi import ReadClientSignature
+from .compute import module_status_members
+from .layouts import INDEX_BITS
+from .sram import SramWriteSignature
+from .tensor_load import TensorLoad
+
+
+class Load(wiring.Component):
+    def __init__(self, layouts, data_bits: int):
+        cfg = layouts.cfg
+        self.cfg = cfg
+        self.layouts = layouts
+        self.data_bits = data_bits
+        self.inp_addr_bits = (cfg.INP_BUFF_DEPTH - 1).bit_length() or 1
+        self.wgt_addr_bits = (cfg.WGT_BUFF_DEPTH - 1).bit_length() or 1
+        members = {
+            "cmd": In(stream.Signature(layouts.cmd)),
+            "g2l_avail": In(1), "g2l_pop": Out(1), "l2g_push": Out(1),
+            "inp_wr": Out(SramWriteSignature(self.inp_addr_bits, cfg.INP_ELEM_BITS)),
+            "wgt_wr": Out(SramWriteSignature(self.wgt_addr_bits, cfg.WGT_ELEM_BITS)),
+            "inp_axi": Out(ReadClientSignature(data_bits)),
+            "wgt_axi": Out(ReadClientSignature(data_bits)),
+            "halt": In(1),
+            "inp_elem": Out(1), "wgt_elem": Out(1),
+        }
+        members.update(module_status_members())
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, lay = self.cfg, self.layouts
+        m.submodules.inp = inp = TensorLoad(lay, cfg.INP_ELEM_BITS, self.data_bits, self.inp_addr_bits)
+        m.submodules.wgt = wgt = TensorLoad(lay, cfg.WGT_ELEM_BITS, self.data_bits, self.wgt_addr_bits)
+        wiring.connect(m, wiring.flipped(self.inp_axi), inp.axi)
+        wiring.connect(m, wiring.flipped(self.wgt_axi), wgt.axi)
+        wiring.connect(m, wiring.flipped(self.inp_wr), inp.sram)
+        wiring.connect(m, wiring.flipped(self.wgt_wr), wgt.sram)
+        halt = self.halt
+        insn = Signal(128)
+        index = Signal(INDEX_BITS)
+        mem = data.View(lay.mem, insn)
+        m.d.comb += [inp.halt.eq(halt), wgt.halt.eq(halt), inp.insn.eq(insn), wgt.insn.eq(insn),
+                     self.inp_elem.eq(inp.data_elem), self.wgt_elem.eq(wgt.data_elem)]
+        waiting = mem.pop_next_dep & ~self.g2l_avail
+        dma_idle = inp.dma_idle & wgt.dma_idle
+
+        IDLE, WAIT, LOADING, PUSH = range(4)
+        state = Signal(range(4))
+        with m.Switch(state):
+            with m.Case(IDLE):
+                m.d.comb += self.cmd.ready.eq(~halt)
+                with m.If(self.cmd.valid & ~halt):
+                    m.d.sync += [insn.eq(self.cmd.payload.insn), index.eq(self.cmd.payload.index), state.eq(WAIT)]
+            with m.Case(WAIT):
+                with m.If(halt):
+                    m.d.sync += state.eq(IDLE)
+                with m.Elif(~waiting):
+                    m.d.comb += self.g2l_pop.eq(mem.pop_next_dep)
+                    with m.If(mem.x_size == 0):
+                        m.d.sync += state.eq(PUSH)
+                    with m.Else():
+                        m.d.comb += [inp.start.eq(mem.memory_type == MemType.INP),
+                                     wgt.start.eq(mem.memory_type == MemType.WGT)]
+                        m.d.sync += state.eq(LOADING)
+            with m.Case(LOADING):
+                with m.If(halt):
+                    m.d.sync += state.eq(IDLE)
+                with m.Elif(~inp.busy & ~wgt.busy):
+                    m.d.sync += state.eq(PUSH)
+            with m.Case(PUSH):
+                with m.If(halt):
+                    m.d.sync += state.eq(IDLE)
+                with m.Else():
+                    m.d.comb += self.l2g_push.eq(mem.push_next_dep)
+                    m.d.sync += [self.retired.eq(index + 1), state.eq(IDLE)]
+
+        holding = state != IDLE
+        m.d.comb += [
+            self.holding.eq(holding),
+            self.head_valid.eq(holding | self.cmd.valid),
+            self.head_index.eq(Mux(holding, index, self.cmd.payload.index)),
+            self.busy.eq(holding & ~((state == WAIT) & waiting)),
+            self.stall.eq((state == WAIT) & waiting),
+            self.dma_active.eq(~dma_idle),
+            self.quiet.eq(dma_idle & (((state == IDLE) & (~self.cmd.valid | halt))
+                                      | ((state == WAIT) & waiting & ~halt))),
+        ]
+        with m.If(~self.error & (inp.error | wgt.error)):
+            m.d.sync += [self.error.eq(1), self.error_code.eq(ErrorCode.DRAM_ACCESS),
+                         self.error_detail.eq(Mux(inp.error, DmaClient.INP, DmaClient.WGT)),
+                         self.error_info.eq(Mux(inp.error, inp.error_addr, wgt.error_addr)),
+                         self.error_index.eq(index)]
+        return m

@@ -1,0 +1,88 @@
+"""Verilog emission of the VTA core, cached under ``build/hw/<config hash>/``.
+
+``python -m vta_hw.verilog [--config PATH] [--out FILE]`` writes the Verilog and prints its path.
+The cache entry is keyed by ``cfg.hash(hardware_only=True)`` and checked against a hash of the
+``vta_hw`` sources, so editing the hardware regenerates it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import re
+import sys
+import time
+from pathlib import Path
+
+from vta_hw.spec import Config, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD_ROOT = REPO / "build"
+TOP_NAME = "vta_core"
+
+
+def source_hash() -> str:
+    """Hash of every hardware source file (the Amaranth code and the spec it is generated from)."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for p in sorted(root.rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+_ZERO_INIT = re.compile(r"  initial begin\n(?:    \w+\[\d+\] = \d+'h0+;\n)+  end\n")
+
+
+def strip_zero_init(text: str) -> str:
+    """Drop the all-zero ``initial`` blocks Amaranth writes for every memory (megabytes for the
+    weight SRAM). Block RAM powers up as zero and Verilator zero-initialises, so nothing changes."""
+    return _ZERO_INIT.sub("", text)
+
+
+def verilog_dir(cfg: Config) -> Path:
+    return BUILD_ROOT / "hw" / cfg.hash(hardware_only=True)
+
+
+def generate(config=None, *, force: bool = False, quiet: bool = True) -> Path:
+    """Write (or reuse) the core's Verilog for ``config``; returns the path of ``vta_core.v``."""
+    cfg = load_config(config)
+    out_dir = verilog_dir(cfg)
+    out = out_dir / f"{TOP_NAME}.v"
+    stamp = out_dir / "sources.sha"
+    sh = source_hash()
+    if not force and out.exists() and stamp.exists() and stamp.read_text() == sh:
+        return out
+    from amaranth.back import verilog
+
+    from .core import VtaCore
+    t0 = time.perf_counter()
+    if not quiet:
+        print(f"[vta_hw] generating Verilog for {cfg.MODEL} (AXI {cfg.AXI_DATA_BITS}-bit) ...", flush=True)
+    text = strip_zero_init(verilog.convert(VtaCore(cfg), name=TOP_NAME, emit_src=False))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".v.tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    stamp.write_text(sh)
+    (out_dir / "config.json").write_text(cfg.to_json())
+    if not quiet:
+        print(f"[vta_hw] {out} ({len(text.splitlines())} lines, {time.perf_counter() - t0:.1f} s)", flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m vta_hw.verilog", description=__doc__)
+    p.add_argument("--config", help="configuration file (default: $VTA_CONFIG or the repository's)")
+    p.add_argument("--out", help="also copy the Verilog to this file")
+    p.add_argument("--force", action="store_true")
+    args = p.parse_args(argv)
+    path = generate(args.config, force=args.force, quiet=False)
+    if args.out:
+        Path(args.out).write_text(path.read_text())
+        print(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
