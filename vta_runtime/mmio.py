@@ -1,0 +1,246 @@
+"""Host-side sequencing of the VTA register file (``vta_hw.spec.regmap``), shared by every device
+that talks to the real core: tsim now, the board drivers later. It only needs ``read32`` and
+``write32`` callables (offsets relative to the register window) and a ``wait`` callable that
+lets time pass between polls (tsim: clock the model; a board: sleep).
+
+Sequence of a run: check that nothing is running, write INSN_ADDR and INSN_COUNT, write START,
+poll CONTROL until BUSY drops (bounded by a wall-clock timeout), then read ERROR/ERROR_INSN/
+ERROR_INFO, the counters and the cycle count. :func:`Mmio.raise_for` turns an error into the
+runtime's exception classes, with the message worded by ``vta_runtime.diagnose`` from the
+instruction stream and the state the hardware reports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vta_hw.spec import TOKEN_QUEUES, Stage, describe
+from vta_hw.spec.regmap import (
+    COUNTER_BASE,
+    COUNTERS,
+    ID_VALUE,
+    INDEX_OPERAND_TEXT,
+    NO_INSN,
+    OFFSET,
+    STATE,
+    STATE_BASE,
+    Control,
+    DmaClient,
+    ErrorCode,
+    IndexOperand,
+    ModuleState,
+    describe_hwconfig,
+    hwconfig_word,
+)
+
+from . import diagnose
+from .errors import (
+    DeadlockError,
+    DeviceError,
+    DeviceTimeout,
+    DramAccessError,
+    IllegalInstructionError,
+    MissingFinishError,
+    ProgramError,
+    SramIndexError,
+    UnbalancedTokensError,
+)
+
+ERROR_CLASSES: dict[int, type[DeviceError]] = {
+    ErrorCode.ILLEGAL_OPCODE: IllegalInstructionError,
+    ErrorCode.ILLEGAL_MEM_TYPE: IllegalInstructionError,
+    ErrorCode.ILLEGAL_ALU_OPCODE: IllegalInstructionError,
+    ErrorCode.ILLEGAL_DEP_FLAGS: IllegalInstructionError,
+    ErrorCode.STORE_PADDING: IllegalInstructionError,
+    ErrorCode.SRAM_RANGE: SramIndexError,
+    ErrorCode.UOP_RANGE: SramIndexError,
+    ErrorCode.INDEX_RANGE: SramIndexError,
+    ErrorCode.DRAM_ACCESS: DramAccessError,
+    ErrorCode.DEADLOCK: DeadlockError,
+    ErrorCode.UNBALANCED: UnbalancedTokensError,
+    ErrorCode.MISSING_FINISH: MissingFinishError,
+    ErrorCode.TOKEN_OVERFLOW: UnbalancedTokensError,
+    ErrorCode.ABORTED: DeviceError,
+}
+
+_MODULES = ("fetch", "load", "compute", "store")
+
+
+@dataclass
+class RunOutcome:
+    """What the register file says after a run."""
+    done: bool
+    code: int
+    detail: int
+    insn: int | None
+    info: int
+    cycles: int
+    counters: dict[str, int] = field(default_factory=dict)
+    state: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.done and self.code == ErrorCode.NONE
+
+
+class Mmio:
+    def __init__(self, read32: Callable[[int], int], write32: Callable[[int, int], None],
+                 wait: Callable[[], None] | None = None, *, clock: Callable[[], float] = time.monotonic):
+        self.read32 = read32
+        self.write32 = write32
+        self.wait = wait or (lambda: time.sleep(1e-4))
+        self.clock = clock
+
+    # ------------------------------------------------------------------ registers
+    def reg(self, name: str) -> int:
+        return self.read32(OFFSET[name])
+
+    def check_identity(self, cfg) -> None:
+        """Refuse a core whose ID or hardware parameters do not match ``cfg``."""
+        ident = self.reg("ID")
+        if ident != ID_VALUE:
+            raise DeviceError(f"no VTA core at this register window: ID reads {ident:#010x}, expected {ID_VALUE:#010x}")
+        hw, want = self.reg("HWCONFIG"), hwconfig_word(cfg)
+        if hw != want:
+            raise DeviceError(f"the VTA core was built for {describe_hwconfig(hw)}, but the configuration is "
+                              f"{describe_hwconfig(want)} ({cfg.MODEL})")
+
+    def busy(self) -> bool:
+        return bool(self.reg("CONTROL") & Control.BUSY)
+
+    def start(self, insn_phys: int, insn_count: int) -> None:
+        if self.busy():
+            raise DeviceError("the VTA core is still running a previous stream")
+        self.write32(OFFSET["INSN_ADDR"], insn_phys)
+        self.write32(OFFSET["INSN_COUNT"], insn_count)
+        self.write32(OFFSET["CONTROL"], Control.START)
+
+    def abort(self) -> None:
+        self.write32(OFFSET["CONTROL"], Control.ABORT)
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        """Poll CONTROL until BUSY drops; False if ``timeout`` seconds passed first."""
+        deadline = None if timeout is None else self.clock() + timeout
+        while self.busy():
+            if deadline is not None and self.clock() > deadline:
+                return False
+            self.wait()
+        return True
+
+    def counters(self) -> dict[str, int]:
+        out = {n: self.read32(COUNTER_BASE + 4 * k) for k, n in enumerate(COUNTERS)}
+        out["cycle_count"] = self.reg("CYCLES_LO") | self.reg("CYCLES_HI") << 32
+        return out
+
+    def state(self) -> dict[str, int]:
+        out = {n: self.read32(STATE_BASE + 4 * k) for k, n in enumerate(STATE)}
+        out["insn_dispatched"] = self.reg("INSN_DISPATCHED")
+        return out
+
+    def outcome(self) -> RunOutcome:
+        ctl = self.reg("CONTROL")
+        err = self.reg("ERROR")
+        insn = self.reg("ERROR_INSN")
+        counters = self.counters()
+        return RunOutcome(done=bool(ctl & Control.DONE), code=err & 0xFF, detail=err >> 8 & 0xFF,
+                          insn=None if insn == NO_INSN else insn, info=self.reg("ERROR_INFO"),
+                          cycles=counters["cycle_count"], counters=counters, state=self.state())
+
+    def run(self, insn_phys: int, insn_count: int, timeout: float | None) -> RunOutcome | None:
+        """Start a stream and wait for it; None if it is still running after ``timeout`` seconds."""
+        self.start(insn_phys, insn_count)
+        if not self.wait_idle(timeout):
+            return None
+        return self.outcome()
+
+    # ------------------------------------------------------------------ explaining
+    def state_lines(self, st: dict[str, int], insn_count: int | None = None) -> list[str]:
+        """A line per module and queue from the live state registers."""
+        lines = []
+        names = {ModuleState.BUSY: "busy", ModuleState.WAITING: "waiting for a token", ModuleState.HALTED: "halted",
+                 ModuleState.FINISHED: "finished", ModuleState.DMA_ACTIVE: "DMA active"}
+        for mod in _MODULES:
+            word = st[f"state_{mod}"]
+            flags = [n for b, n in names.items() if word & b] or ["idle"]
+            if mod == "fetch":
+                flags = [("dispatching" if f == "busy" else "blocked by a full queue" if f == "waiting for a token"
+                          else "FINISH dispatched" if f == "finished" else f) for f in flags]
+                of = f" of {insn_count}" if insn_count is not None else ""
+                lines.append(f"  fetch  : {', '.join(flags)}; {st['insn_dispatched']}{of} instructions dispatched")
+            else:
+                lines.append(f"  {mod:<7}: {', '.join(flags)}; command queue holds {word >> 8 & 0xFF}; "
+                             f"retired up to instruction {st[f'retired_{mod}']}")
+        lines.append("  tokens : " + " ".join(f"{t}={st[f'tokens_{t}']}" for t in TOKEN_QUEUES))
+        return lines
+
+    def timeout_error(self, timeout: float, cycles: int, insn_count: int, isa=None, words=None) -> DeviceTimeout:
+        st = self.state()
+        msg = [f"the VTA core did not finish within {timeout} s ({cycles} cycles). State:"]
+        msg += self.state_lines(st, insn_count)
+        if isa is not None and words is not None:
+            p = diagnose.Program(isa, words)
+            q = diagnose.remaining_after(p, _retired(st))
+            tokens = {t: st[f"tokens_{t}"] for t in TOKEN_QUEUES}
+            msg.append(diagnose.state_report(isa, p, q, tokens))
+        return DeviceTimeout("\n".join(msg))
+
+    def raise_for(self, o: RunOutcome, cfg, words, dram: Any = None) -> None:
+        """Raise the exception a failed run deserves (nothing if it succeeded).
+
+        ``words`` is the (n, 2) uint64 instruction stream that ran; ``dram`` (optional) can check
+        DRAM extents against the allocations, so DRAM_ACCESS gets the same message as fsim."""
+        if o.ok:
+            return
+        isa = cfg.isa
+        p = diagnose.Program(isa, words)
+        i = o.insn
+        cls = ERROR_CLASSES.get(o.code, DeviceError)
+        code_name = ErrorCode(o.code).name if o.code in ErrorCode._value2member_map_ else str(o.code)
+        if o.code == ErrorCode.NONE:
+            raise DeviceError("the VTA core stopped without DONE or an error code")
+        if o.code == ErrorCode.INDEX_RANGE:
+            buf, what = INDEX_OPERAND_TEXT.get(IndexOperand(o.detail), ("?", "index"))
+            depth = {"ACC": cfg.ACC_BUFF_DEPTH, "INP": cfg.INP_BUFF_DEPTH, "WGT": cfg.WGT_BUFF_DEPTH}.get(buf, 0)
+            raise SramIndexError(f"instruction {i}: {what} index {o.info} is past the buffer depth {depth}", i)
+        if o.code in (ErrorCode.DEADLOCK, ErrorCode.UNBALANCED):
+            q = diagnose.remaining_after(p, _retired(o.state))
+            tokens = {t: o.state[f"tokens_{t}"] for t in TOKEN_QUEUES}
+            hw = "\n".join(self.state_lines(o.state, p.n))
+            if o.code == ErrorCode.DEADLOCK:
+                raise DeadlockError("deadlock: no module can make progress\n" +
+                                    diagnose.state_report(isa, p, q, tokens) + "\n  hardware:\n" + hw, i)
+            err = diagnose.unbalanced_error(isa, p, q, tokens)
+            if err is None:
+                err = UnbalancedTokensError(f"FINISH ran but the program is not balanced: instruction {i} and "
+                                            "later ones were not executed\n" + hw, i)
+            err.index = i
+            raise err
+        if o.code == ErrorCode.MISSING_FINISH:
+            raise MissingFinishError(f"the stream of {p.n} instructions has no FINISH instruction")
+        if o.code == ErrorCode.TOKEN_OVERFLOW:
+            raise UnbalancedTokensError(f"the {TOKEN_QUEUES[o.detail]} token queue overflowed: too many tokens "
+                                        "pushed and not popped", i)
+        if o.code == ErrorCode.ABORTED:
+            raise DeviceError("the run was aborted by the host")
+        # errors about one instruction: word them like fsim when the host sees the same problem
+        if i is not None and 0 <= i < p.n:
+            try:
+                diagnose.check_instruction(cfg, p, i, dram if o.code == ErrorCode.DRAM_ACCESS else None)
+            except ProgramError as exc:
+                if isinstance(exc, cls):
+                    raise
+            text = describe(isa, p.word(i))
+        else:
+            text = "?"
+        extra = ""
+        if o.code == ErrorCode.DRAM_ACCESS:
+            client = DmaClient(o.detail).name if o.detail in DmaClient._value2member_map_ else o.detail
+            extra = f" ({client} DMA, bus error near address {o.info:#x})"
+        raise cls(f"instruction {i}: the core reported {code_name}{extra} for {text}", i)
+
+
+def _retired(st: dict[str, int]) -> dict[Stage, int]:
+    return {Stage.LOAD: st["retired_load"], Stage.COMPUTE: st["retired_compute"], Stage.STORE: st["retired_store"]}
