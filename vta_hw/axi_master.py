@@ -49,7 +49,7 @@ class AxiArbiter(wiring.Component):
         slot_addr = Signal.like(bus.araddr)
         slot_len = Signal.like(bus.arlen)
         slot_id = Signal(ID_BITS)
-        rr = Signal(range(n))
+        rr = Signal(range(max(n, 1)))
         can_load = ~slot_valid | bus.arready
         m.d.comb += [
             bus.arvalid.eq(slot_valid), bus.araddr.eq(slot_addr), bus.arlen.eq(slot_len), bus.arid.eq(slot_id),
@@ -59,7 +59,7 @@ class AxiArbiter(wiring.Component):
         ]
         with m.If(bus.arready):
             m.d.sync += slot_valid.eq(0)
-        with m.If(can_load):
+        with m.If(can_load & (n > 0)):
             with m.Switch(rr):
                 for start in range(n):
                     with m.Case(start):

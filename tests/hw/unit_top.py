@@ -1,0 +1,183 @@
+"""One Verilog top holding every unit under test side by side, so the cocotb suites of all units
+share a single Verilator build (a build costs ~1 minute on 2 cores; one per unit would dominate
+the CI budget). Each unit's ports appear flat with a prefix (``fetch_``, ``load_``, ...); units
+that master AXI get their own ``AxiArbiter`` whose bus is ``<unit>_axi_*`` for cocotbext-axi.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from vta_hw.axi import ReadClientSignature, WriteClientSignature
+from vta_hw.axi_master import AxiArbiter
+from vta_hw.dep_queue import TokenQueue
+from vta_hw.fetch import Fetch
+from vta_hw.layouts import Layouts
+from vta_hw.load import Load
+from vta_hw.regfile import RegFile
+from vta_hw.spec.regmap import DmaClient
+from vta_hw.sram import Sram
+from vta_hw.store import Store
+from vta_hw.tensor_compute import TensorCompute
+
+BACKDOOR = {"uop": 0, "inp": 1, "wgt": 2, "acc": 3, "out": 4}
+
+
+def _flat(prefix: str, sig: wiring.Signature, skip=()) -> dict:
+    out = {}
+    for path, member in sig.members.flatten():
+        if path[0] in skip or member.is_signature:
+            continue
+        name = prefix + "_" + "_".join(str(p) for p in path)
+        out[name] = Out(member.shape) if member.flow == wiring.Out else In(member.shape)
+    return out
+
+
+def _walk(obj, path):
+    for p in path:
+        obj = obj[p] if isinstance(p, int) else getattr(obj, p)
+    return obj
+
+
+class UnitTop(wiring.Component):
+    def __init__(self, cfg):
+        self.cfg = cfg
+        lay = self.layouts = Layouts(cfg)
+        dw = cfg.AXI_DATA_BITS
+        self.units = {
+            "fetch": Fetch(lay, dw),
+            "load": Load(lay, dw),
+            "store": Store(lay, dw),
+            "tc": TensorCompute(lay),
+            "tok": TokenQueue(),
+            "regs": RegFile(),
+        }
+        self.arbs = {
+            "fetch": AxiArbiter(dw, [DmaClient.FETCH], DmaClient.OUT),
+            "load": AxiArbiter(dw, [DmaClient.INP, DmaClient.WGT], DmaClient.OUT),
+            "store": AxiArbiter(dw, [], DmaClient.OUT),
+            "arb": AxiArbiter(dw, [0, 1, 2], 5),
+        }
+        self.skip = {
+            "fetch": ("axi",), "load": ("inp_axi", "wgt_axi"), "store": ("axi", "out_rd"),
+            "tc": ("uop_rd", "inp_rd", "wgt_rd", "acc_rd", "acc_wr", "out_wr"), "tok": (), "regs": ("bus",),
+        }
+        members = {}
+        for name, unit in self.units.items():
+            members.update(_flat(name, unit.signature, self.skip[name]))
+        for name, arb in self.arbs.items():
+            for path, member in arb.signature.members["bus"].signature.members.flatten():
+                members[f"{name}_axi_{path[0]}"] = Out(member.shape) if member.flow == wiring.Out else In(member.shape)
+        # the stand-alone arbiter's clients are driven from the test
+        for cid in (0, 1, 2):
+            for path, member in ReadClientSignature(dw).members.flatten():
+                if member.is_signature:
+                    continue
+                # from the client's side: ar is driven by the test (input to the top), r is observed
+                members[f"arb_c{cid}_" + "_".join(path)] = In(member.shape) if member.flow == wiring.Out \
+                    else Out(member.shape)
+        for path, member in WriteClientSignature(dw).members.flatten():
+            if member.is_signature:
+                continue
+            members["arb_w_" + "_".join(path)] = In(member.shape) if member.flow == wiring.Out else Out(member.shape)
+        for path, member in self.units["regs"].signature.members["bus"].signature.members.flatten():
+            members[f"regs_s_axi_{path[0]}"] = Out(member.shape) if member.flow == wiring.Out else In(member.shape)
+        # backdoors into the SRAMs of the store and tensor-compute units
+        members.update({
+            "store_bd_addr": In(16), "store_bd_data": In(cfg.OUT_ELEM_BITS), "store_bd_en": In(1),
+            "tc_bd_active": In(1), "tc_bd_mem": In(3), "tc_bd_addr": In(16), "tc_bd_wdata": In(cfg.WGT_ELEM_BITS),
+            "tc_bd_we": In(1), "tc_bd_rdata": Out(cfg.WGT_ELEM_BITS),
+        })
+        super().__init__(members)
+
+    def _connect_flat(self, m, name, unit, skip):
+        for path, member in unit.signature.members.flatten():
+            if path[0] in skip or member.is_signature:
+                continue
+            top = getattr(self, name + "_" + "_".join(str(p) for p in path))
+            inner = _walk(unit, path)
+            m.d.comb += top.eq(inner) if member.flow == wiring.Out else inner.eq(top)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        for name, unit in self.units.items():
+            m.submodules[name] = unit
+            self._connect_flat(m, name, unit, self.skip[name])
+        for name, arb in self.arbs.items():
+            m.submodules[f"{name}_arb"] = arb
+            for path, member in arb.signature.members["bus"].signature.members.flatten():
+                top = getattr(self, f"{name}_axi_{path[0]}")
+                inner = getattr(arb.bus, path[0])
+                m.d.comb += top.eq(inner) if member.flow == wiring.Out else inner.eq(top)
+        u, a = self.units, self.arbs
+        wiring.connect(m, u["fetch"].axi, a["fetch"].client(DmaClient.FETCH))
+        wiring.connect(m, u["load"].inp_axi, a["load"].client(DmaClient.INP))
+        wiring.connect(m, u["load"].wgt_axi, a["load"].client(DmaClient.WGT))
+        wiring.connect(m, u["store"].axi, a["store"].wr)
+        for name in ("fetch", "load"):
+            m.d.comb += a[name].wr.aw.valid.eq(0)
+            m.d.comb += [a[name].wr.w.valid.eq(0), a[name].wr.b.ready.eq(1)]
+
+        # stand-alone arbiter: clients from the top ports
+        arb = a["arb"]
+        for cid in (0, 1, 2):
+            c = arb.client(cid)
+            for path, member in ReadClientSignature(cfg.AXI_DATA_BITS).members.flatten():
+                if member.is_signature:
+                    continue
+                top = getattr(self, f"arb_c{cid}_" + "_".join(path))
+                inner = _walk(c, path)
+                m.d.comb += inner.eq(top) if member.flow == wiring.Out else top.eq(inner)
+        for path, member in WriteClientSignature(cfg.AXI_DATA_BITS).members.flatten():
+            if member.is_signature:
+                continue
+            top = getattr(self, "arb_w_" + "_".join(path))
+            inner = _walk(arb.wr, path)
+            m.d.comb += inner.eq(top) if member.flow == wiring.Out else top.eq(inner)
+
+        # register file bus
+        regs = u["regs"]
+        for path, member in regs.signature.members["bus"].signature.members.flatten():
+            top = getattr(self, f"regs_s_axi_{path[0]}")
+            inner = getattr(regs.bus, path[0])
+            m.d.comb += top.eq(inner) if member.flow == wiring.Out else inner.eq(top)
+
+        # store: OUT SRAM with a backdoor write port
+        m.submodules.store_out = so = Sram(cfg.ACC_BUFF_DEPTH, cfg.OUT_ELEM_BITS)
+        wiring.connect(m, u["store"].out_rd, so.rd)
+        m.d.comb += [so.wr.addr.eq(self.store_bd_addr), so.wr.data.eq(self.store_bd_data),
+                     so.wr.en.eq(self.store_bd_en)]
+
+        # tensor compute: five SRAMs; the backdoor takes their ports while tc_bd_active
+        tc = u["tc"]
+        srams = {
+            "uop": Sram(cfg.UOP_BUFF_DEPTH, 32), "inp": Sram(cfg.INP_BUFF_DEPTH, cfg.INP_ELEM_BITS),
+            "wgt": Sram(cfg.WGT_BUFF_DEPTH, cfg.WGT_ELEM_BITS), "acc": Sram(cfg.ACC_BUFF_DEPTH, cfg.ACC_ELEM_BITS),
+            "out": Sram(cfg.ACC_BUFF_DEPTH, cfg.OUT_ELEM_BITS),
+        }
+        ports = {"uop": (tc.uop_rd, None), "inp": (tc.inp_rd, None), "wgt": (tc.wgt_rd, None),
+                 "acc": (tc.acc_rd, tc.acc_wr), "out": (None, tc.out_wr)}
+        bd = self.tc_bd_active
+        rdata = Signal(cfg.WGT_ELEM_BITS)
+        sel_q = Signal(3)
+        m.d.sync += sel_q.eq(self.tc_bd_mem)
+        for name, s in srams.items():
+            m.submodules[f"tc_{name}"] = s
+            rd, wr = ports[name]
+            mine = self.tc_bd_mem == BACKDOOR[name]
+            m.d.comb += s.rd.addr.eq(Mux(bd, self.tc_bd_addr, rd.addr if rd is not None else 0))
+            if rd is not None:
+                m.d.comb += rd.data.eq(s.rd.data)
+            with m.If(bd):
+                m.d.comb += [s.wr.addr.eq(self.tc_bd_addr), s.wr.data.eq(self.tc_bd_wdata),
+                             s.wr.en.eq(self.tc_bd_we & mine)]
+            if wr is not None:
+                with m.Else():
+                    m.d.comb += [s.wr.addr.eq(wr.addr), s.wr.data.eq(wr.data), s.wr.en.eq(wr.en)]
+            with m.If(sel_q == BACKDOOR[name]):
+                m.d.comb += rdata.eq(s.rd.data)
+        m.d.comb += self.tc_bd_rdata.eq(rdata)
+        return m

