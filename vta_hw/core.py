@@ -154,7 +154,8 @@ class VtaCore(wiring.Component):
         cycles = Signal(64)
         quiet_cnt = Signal(range(QUIET_CYCLES + 1))
         halt = Signal()
-        m.d.comb += halt.eq(running & (err_code != 0))
+        # an error stops everything until the next START (also after the run has ended)
+        m.d.comb += halt.eq(err_code != 0)
         for x in (fetch, load, compute, store):
             m.d.comb += x.halt.eq(halt)
         m.d.comb += [fetch.insn_addr.eq(regs.insn_addr), fetch.insn_count.eq(regs.insn_count),
