@@ -99,14 +99,27 @@ def _run_with_progress(cmd: list[str], what: str, log: Path, progress) -> None:
         raise DeviceError(f"tsim build failed during {what} (log: {log}):\n{tail}")
 
 
+_BUILT: dict[tuple[str, bool], Path] = {}
+
+
 def build(config=None, *, trace: bool = False, progress=None) -> Path:
-    """Build (or reuse) the tsim shared library for ``config``; returns its path."""
+    """Build (or reuse) the tsim shared library for ``config``; returns its path.
+    (Remembered for the life of the process: edit the hardware, restart Python.)"""
     from vta_hw.verilog import generate
 
+    cfg = load_config(config)
+    memo = (cfg.hash(hardware_only=True), trace)
+    if memo in _BUILT and _BUILT[memo].exists():
+        return _BUILT[memo]
+    lib = _build(cfg, trace, progress, generate)
+    _BUILT[memo] = lib
+    return lib
+
+
+def _build(cfg, trace, progress, generate) -> Path:
     if progress is None:
         def progress(msg):
             print(msg, file=sys.stderr, flush=True)
-    cfg = load_config(config)
     vl = _verilator()
     verilog = generate(cfg, quiet=False if progress else True)
     flags = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal", "-Wno-lint", "-Wno-style"]

@@ -1,0 +1,489 @@
+"""Differential fuzzer: random legal VTA programs run on fsim and tsim, results compared.
+
+``python -m sim.fuzz N [--seed S] [--config NAME ...]`` (``nox -s fuzz -- N``) runs N random
+programs, each on a fresh fsim and a fresh tsim device with the same DRAM contents, and compares
+every output byte, the fsim counters both devices define, and the outcome (a tenth of the cases
+have one instruction replaced by an illegal one: both devices must refuse it with the same error
+class and instruction index). A mismatch is printed and saved as a reproducer
+(``build/fuzz/case-<config>-<seed>.npz``) that ``python -m sim.fuzz --replay FILE`` runs again.
+
+A program is a random sequence of INP/WGT/ACC/UOP loads (random sizes, strides and pads), GEMM
+and ALU instructions (random uop kernels, loop extents and factors that stay inside the buffers,
+reset GEMMs, every ALU opcode with immediates or registers) and stores. Dependency tokens are added
+exactly where two modules touch the same SRAM elements (load->compute, compute->load,
+compute->store, store->compute), so the result does not depend on timing; a few extra token
+round trips are sprinkled in. Some programs end with a dump of the whole ACC region (four shifted
+copies through OUT) so that all 32 bits of every accumulator are compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vta_hw.spec import AluOp, MemType, Opcode, Stage, load_config
+from vta_runtime.errors import ProgramError
+from vta_runtime.insn_queue import InsnQueue
+
+L, C, S = Stage.LOAD, Stage.COMPUTE, Stage.STORE
+OUT_DIR = Path(__file__).resolve().parent.parent / "build" / "fuzz"
+DRAM_BYTES = 64 << 20
+
+
+def configs() -> dict[str, dict]:
+    base = load_config().cfg_dict
+    return {
+        "1x16x16": {**base, "TARGET": "sim"},
+        "2x8x8": {**base, "TARGET": "sim", "LOG_BATCH": 1, "LOG_BLOCK": 3, "LOG_WGT_BUFF_SIZE": 16},
+        "ultra96": {**base, "TARGET": "ultra96"},
+    }
+
+
+@dataclass
+class Program:
+    cfg_name: str
+    seed: int
+    insns: bytes
+    buffers: list[tuple[int, np.ndarray]]       # (phys, bytes) to write before the run
+    outputs: list[tuple[int, int]]              # (phys, nbytes) to compare after the run
+    illegal_at: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class _Gen:
+    """Builds one random program; see the module docstring."""
+
+    def __init__(self, cfg, rnd: random.Random, alloc):
+        self.cfg, self.rnd, self.isa = cfg, rnd, cfg.isa
+        self.q = InsnQueue(self.isa)
+        self.alloc = alloc
+        lanes_in, lanes_out = cfg.BATCH * cfg.BLOCK_IN, cfg.BATCH * cfg.BLOCK_OUT
+        # small regions so that hazards are frequent
+        self.R = {"inp": min(48, cfg.INP_BUFF_DEPTH), "wgt": min(24, cfg.WGT_BUFF_DEPTH),
+                  "acc": min(48, cfg.ACC_BUFF_DEPTH), "uop": min(96, cfg.UOP_BUFF_DEPTH)}
+        self.buffers = []
+        nprng = np.random.default_rng(rnd.randrange(1 << 30))
+        self.inp_n, self.wgt_n, self.acc_n = 256, 64, 256
+        self.inp_buf = self._buffer(nprng.integers(-128, 128, (self.inp_n, lanes_in), dtype=np.int8))
+        self.wgt_buf = self._buffer(nprng.integers(-128, 128, (self.wgt_n, cfg.BLOCK_OUT * cfg.BLOCK_IN),
+                                                   dtype=np.int8))
+        acc = nprng.integers(-2**31, 2**31, (self.acc_n, lanes_out), dtype=np.int64)
+        small = nprng.random(self.acc_n) < 0.6
+        acc[small] = nprng.integers(-3000, 3000, (int(small.sum()), lanes_out))
+        self.acc_buf = self._buffer(acc.astype(np.int32))
+        self.uop_n = 512
+        self.uops = [(0, 0, 0)] + [self._random_uop() for _ in range(self.uop_n - 1)]   # uop 0 serves dump_acc
+        self.uop_buf = self._buffer(np.array([self.isa.uop.encode(dst_idx=d, src_idx=s, wgt_idx=w)
+                                              for d, s, w in self.uops], np.uint32))
+        self.out_n = 512
+        self.out_phys = alloc(self.out_n * cfg.OUT_ELEM_BYTES)
+        self.buffers.append((self.out_phys, np.zeros(self.out_n * cfg.OUT_ELEM_BYTES, np.uint8)))
+        self.uop_sram: dict[int, tuple[int, int, int]] = {}
+        # hazard tracking
+        self.l_dirty: set[tuple[str, int]] = set()    # INP/WGT written by load, not yet handed to compute
+        self.c_read: set[tuple[str, int]] = set()     # INP/WGT read by compute, not yet handed back
+        self.out_dirty: set[int] = set()              # OUT written by compute, not yet handed to store
+        self.s_read: set[int] = set()                 # OUT read by store, not yet handed back
+        self.out_valid: set[int] = set()              # OUT written in this program
+
+    def _buffer(self, arr: np.ndarray) -> int:
+        raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        phys = self.alloc(raw.size)
+        self.buffers.append((phys, raw.copy()))
+        return phys
+
+    def _random_uop(self):
+        r = self.rnd
+        return r.randrange(self.R["acc"] // 2), r.randrange(min(self.R["inp"], self.R["acc"]) // 2), \
+            r.randrange(self.R["wgt"] // 2)
+
+    # ---------------------------------------------------------------- token hand-offs
+    def sync(self, src: Stage, dst: Stage) -> None:
+        self.q.dep_push(src, dst)
+        self.q.dep_pop(src, dst)
+
+    def _pads(self, allow_big: bool = True) -> list[int]:
+        r = self.rnd
+        return [0 if r.random() < 0.5 else (r.randrange(1, 16) if allow_big and r.random() < 0.1 else
+                                             r.randrange(1, 3)) for _ in range(4)]
+
+    def _block(self, region: str, y: int, x: int, pads) -> tuple[int, int] | None:
+        rows, cols = pads[0] + y + pads[1], pads[2] + x + pads[3]
+        n = rows * cols
+        if n > self.R[region]:
+            return None
+        return self.rnd.randrange(0, self.R[region] - n + 1), n
+
+    # ---------------------------------------------------------------- operations
+    def load(self, kind: str) -> None:
+        r, cfg = self.rnd, self.cfg
+        mt = {"inp": MemType.INP, "wgt": MemType.WGT, "acc": MemType.ACC, "uop": MemType.UOP}[kind]
+        y, x = r.randrange(0, 4), r.randrange(1, 5)
+        if kind == "uop":
+            y = r.randrange(1, 3)
+            x = r.randrange(1, 17)
+        pads = self._pads(kind != "uop")
+        blk = self._block(kind, y, x, pads)
+        if blk is None:
+            pads = [0, 0, 0, 0]
+            blk = self._block(kind, y, x, pads)
+            if blk is None:
+                return
+        base, n = blk
+        stride = x + r.randrange(0, 3)
+        src_n = {"inp": self.inp_n, "wgt": self.wgt_n, "acc": self.acc_n, "uop": self.uop_n}[kind]
+        phys = {"inp": self.inp_buf, "wgt": self.wgt_buf, "acc": self.acc_buf, "uop": self.uop_buf}[kind]
+        elem = {"inp": cfg.INP_ELEM_BYTES, "wgt": cfg.WGT_ELEM_BYTES, "acc": cfg.ACC_ELEM_BYTES, "uop": 4}[kind]
+        span = max(x, (y - 1) * stride + x) if y else 0
+        first = r.randrange(0, src_n - span + 1)
+        written = range(base, base + n)
+        if kind in ("inp", "wgt"):
+            if any((kind, i) in self.c_read for i in written):
+                self.sync(C, L)
+                self.c_read.clear()
+            self.l_dirty.update((kind, i) for i in written)
+        if kind == "uop":
+            rows, cols = pads[0] + y + pads[1], pads[2] + x + pads[3]
+            for rr in range(rows):
+                for cc in range(cols):
+                    k = base + rr * cols + cc
+                    yy, xx = rr - pads[0], cc - pads[2]
+                    self.uop_sram[k] = self.uops[first + yy * stride + xx] if 0 <= yy < y and 0 <= xx < x \
+                        else (0, 0, 0)
+        self.q.mem(Opcode.LOAD, mt, sram_base=base, dram_base=phys // elem + first, y_size=y, x_size=x,
+                   x_stride=stride, y_pad_0=pads[0], y_pad_1=pads[1], x_pad_0=pads[2], x_pad_1=pads[3])
+
+    def _kernel(self, alu: bool):
+        """A uop range with known contents and loop factors that keep every index inside the regions."""
+        r = self.rnd
+        known = sorted(self.uop_sram)
+        if not known:
+            return None
+        bgn = r.choice(known)
+        end = bgn
+        while end in self.uop_sram and end - bgn < 8 and (end == bgn or r.random() < 0.8):
+            end += 1
+        if r.random() < 0.05:
+            end = bgn                      # empty kernel
+        uops = [self.uop_sram[k] for k in range(bgn, end)]
+        it_out = r.choice([0, 1, 1, 2, 3]) if r.random() < 0.1 else r.choice([1, 2, 3])
+        it_in = r.choice([1, 2, 3, 4])
+        lim = {"dst": self.R["acc"], "src": self.R["acc"] if alu else self.R["inp"], "wgt": self.R["wgt"]}
+        f = {}
+        for name, k in (("dst", 0), ("src", 1), ("wgt", 2)):
+            top = max((u[k] for u in uops), default=0)
+            room = lim[name] - 1 - top
+            fo = r.randrange(0, max(room // max(it_out - 1, 1), 0) + 1) if it_out > 1 else r.randrange(0, 3)
+            room2 = room - fo * max(it_out - 1, 0)
+            fi = r.randrange(0, max(room2 // max(it_in - 1, 1), 0) + 1) if it_in > 1 else r.randrange(0, 3)
+            f[name] = (fo, fi)
+        idx = []
+        for o in range(it_out):
+            for i in range(it_in):
+                for d, s, w in uops:
+                    idx.append((d + o * f["dst"][0] + i * f["dst"][1], s + o * f["src"][0] + i * f["src"][1],
+                                w + o * f["wgt"][0] + i * f["wgt"][1]))
+        return bgn, end, it_out, it_in, f, idx
+
+    def gemm(self) -> None:
+        k = self._kernel(alu=False)
+        if k is None:
+            return
+        bgn, end, it_out, it_in, f, idx = k
+        reset = self.rnd.random() < 0.15
+        if not reset:
+            reads = {("inp", s) for _, s, _ in idx} | {("wgt", w) for _, _, w in idx}
+            if reads & self.l_dirty:
+                self.sync(L, C)
+                self.l_dirty.clear()
+            self.c_read |= reads
+            self._writes_out({d for d, _, _ in idx})
+        self.q.create(C, {"opcode": Opcode.GEMM, "reset_reg": int(reset), "uop_bgn": bgn, "uop_end": end,
+                          "iter_out": it_out, "iter_in": it_in,
+                          "dst_factor_out": f["dst"][0], "dst_factor_in": f["dst"][1],
+                          "src_factor_out": f["src"][0], "src_factor_in": f["src"][1],
+                          "wgt_factor_out": f["wgt"][0], "wgt_factor_in": f["wgt"][1]})
+
+    def alu(self, op=None, imm=None, use_imm=None, kernel=None) -> None:
+        r = self.rnd
+        k = kernel or self._kernel(alu=True)
+        if k is None:
+            return
+        bgn, end, it_out, it_in, f, idx = k
+        op = r.choice([AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR]) if op is None else op
+        use_imm = (r.random() < 0.6) if use_imm is None else use_imm
+        if imm is None:
+            imm = r.randrange(-40, 40) if op == AluOp.SHR or r.random() < 0.5 else r.randrange(-32768, 32768)
+        self._writes_out({d for d, _, _ in idx})
+        self.q.create(C, {"opcode": Opcode.ALU, "reset_reg": 0, "uop_bgn": bgn, "uop_end": end,
+                          "iter_out": it_out, "iter_in": it_in,
+                          "dst_factor_out": f["dst"][0], "dst_factor_in": f["dst"][1],
+                          "src_factor_out": f["src"][0], "src_factor_in": f["src"][1],
+                          "alu_opcode": int(op), "use_imm": int(use_imm), "imm": imm})
+
+    def _writes_out(self, dsts: set[int]) -> None:
+        if dsts & self.s_read:
+            self.sync(S, C)
+            self.s_read.clear()
+        self.out_dirty |= dsts
+        self.out_valid |= dsts
+
+    def store(self) -> None:
+        r = self.rnd
+        if not self.out_valid:
+            return
+        y, x = r.randrange(1, 3), r.randrange(1, 5)
+        base = r.choice(sorted(self.out_valid))
+        if base + x * y > self.R["acc"]:
+            base = max(self.R["acc"] - x * y, 0)
+        reads = set(range(base, base + x * y))
+        if reads & self.out_dirty:
+            self.sync(C, S)
+            self.out_dirty.clear()
+        self.s_read |= reads
+        stride = x + r.randrange(0, 3)
+        span = (y - 1) * stride + x
+        first = r.randrange(0, self.out_n - span + 1)
+        self.q.mem(Opcode.STORE, MemType.OUT, sram_base=base, dram_base=self.out_phys // self.cfg.OUT_ELEM_BYTES
+                   + first, y_size=y, x_size=x, x_stride=stride)
+
+    def prologue(self) -> None:
+        """Fill the INP, WGT, ACC and UOP regions with data (padded loads come later)."""
+        cfg = self.cfg
+        for kind, mt, phys, elem in (("inp", MemType.INP, self.inp_buf, cfg.INP_ELEM_BYTES),
+                                     ("wgt", MemType.WGT, self.wgt_buf, cfg.WGT_ELEM_BYTES),
+                                     ("acc", MemType.ACC, self.acc_buf, cfg.ACC_ELEM_BYTES),
+                                     ("uop", MemType.UOP, self.uop_buf, 4)):
+            n = self.R[kind]
+            src_n = {"inp": self.inp_n, "wgt": self.wgt_n, "acc": self.acc_n, "uop": self.uop_n}[kind]
+            first = self.rnd.randrange(0, src_n - n + 1)
+            self.q.mem(Opcode.LOAD, mt, sram_base=0, dram_base=phys // elem + first, y_size=1, x_size=n, x_stride=n)
+            if kind in ("inp", "wgt"):
+                self.l_dirty.update((kind, i) for i in range(n))
+            if kind == "uop":
+                for i in range(n):
+                    self.uop_sram[i] = self.uops[first + i]
+
+    def dump_acc(self) -> None:
+        """Four ALU passes (SHR 0, then SHR 8 x3) over the ACC region, each stored to its own buffer."""
+        n = self.R["acc"]
+        self.q.mem(Opcode.LOAD, MemType.UOP, sram_base=self.R["uop"], dram_base=self.uop_buf // 4, y_size=1,
+                   x_size=1, x_stride=1)
+        kern = (self.R["uop"], self.R["uop"] + 1, 1, n, {"dst": (0, 1), "src": (0, 1), "wgt": (0, 0)},
+                [(i, i, 0) for i in range(n)])
+        dump = self.alloc(4 * n * self.cfg.OUT_ELEM_BYTES)
+        self.buffers.append((dump, np.zeros(4 * n * self.cfg.OUT_ELEM_BYTES, np.uint8)))
+        self.dump = (dump, 4 * n * self.cfg.OUT_ELEM_BYTES)
+        for k in range(4):
+            self.alu(AluOp.SHR, 0 if k == 0 else 8, True, kern)
+            self.sync(C, S)
+            self.out_dirty.clear()
+            self.q.mem(Opcode.STORE, MemType.OUT, sram_base=0, dram_base=dump // self.cfg.OUT_ELEM_BYTES + k * n,
+                       y_size=1, x_size=n, x_stride=n)
+            self.s_read |= set(range(n))
+
+    def build(self, n_ops: int) -> tuple[bytes, list[tuple[int, int]]]:
+        r = self.rnd
+        ops = ["inp", "wgt", "acc", "uop", "gemm", "gemm", "alu", "alu", "store", "sync"]
+        self.prologue()
+        for _ in range(n_ops):
+            op = r.choice(ops)
+            if op in ("inp", "wgt", "acc", "uop"):
+                self.load(op)
+            elif op == "gemm":
+                self.gemm()
+            elif op == "alu":
+                self.alu()
+            elif op == "store":
+                self.store()
+            else:
+                a, b = r.choice([(L, C), (C, L), (C, S), (S, C)])
+                self.sync(a, b)
+        self.dump = None
+        if r.random() < 0.4:
+            self.dump_acc()
+        # close like the runtime's synchronize
+        self.q.dep_push(S, C)
+        self.q.dep_push(L, C)
+        self.q.dep_pop(S, C)
+        self.q.dep_pop(L, C)
+        self.q.commit_pending_pop(C)
+        self.q.insns.append({"opcode": Opcode.FINISH})
+        insns = b"".join(self.isa.format_of(i["opcode"]).encode(i).to_bytes(16, "little") for i in self.q.insns)
+        outputs = [(self.out_phys, self.out_n * self.cfg.OUT_ELEM_BYTES)]
+        if self.dump:
+            outputs.append(self.dump)
+        return insns, outputs
+
+
+def _illegal_word(isa, cfg, rnd):
+    choices = [
+        lambda: 5 + rnd.randrange(3),
+        lambda: isa.load(rnd.choice([MemType.OUT, MemType.ACC_8BIT, 6, 7]), 0, 0, 1, 1, 1),
+        lambda: isa.store(0, 0, 1, 1, 1, memory_type=rnd.choice([0, 1, 2, 3])),
+        lambda: isa.alu.encode(opcode=Opcode.ALU, alu_opcode=rnd.choice([4, 5, 6, 7]), uop_end=1, iter_out=1,
+                               iter_in=1),
+        lambda: isa.gemm.encode(opcode=Opcode.GEMM, uop_end=cfg.UOP_BUFF_DEPTH + 1, iter_out=1, iter_in=1),
+        lambda: isa.load(MemType.INP, cfg.INP_BUFF_DEPTH - 1, 0, 1, 2, 2),
+        lambda: isa.load(MemType.INP, 0, 0, 0, 0, 0, pop_prev_dep=1),
+    ]
+    return rnd.choice(choices)()
+
+
+def make_program(cfg_name: str, seed: int, alloc) -> Program:
+    cfg = load_config(configs()[cfg_name])
+    rnd = random.Random(seed)
+    g = _Gen(cfg, rnd, alloc)
+    insns, outputs = g.build(rnd.randrange(5, 120))
+    prog = Program(cfg_name, seed, insns, g.buffers, outputs)
+    if rnd.random() < 0.1:
+        n = len(insns) // 16
+        k = rnd.randrange(0, n - 1)
+        word = _illegal_word(cfg.isa, cfg, rnd)
+        b = bytearray(insns)
+        b[16 * k:16 * k + 16] = word.to_bytes(16, "little")
+        prog.insns = bytes(b)
+        prog.illegal_at = k
+    return prog
+
+
+# ---------------------------------------------------------------------------- running
+_COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes",
+             "gemm_counter", "alu_counter")
+
+
+def _run_on(dev, prog: Program):
+    for phys, data in prog.buffers:
+        dev.write(phys, data)
+    insn_phys = dev.alloc(len(prog.insns))
+    dev.write(insn_phys, prog.insns)
+    try:
+        dev.run(insn_phys, len(prog.insns) // 16, timeout=120)
+        err = None
+    except ProgramError as exc:
+        err = (type(exc).__name__, exc.index)
+    outs = [dev.read(p, n) for p, n in prog.outputs]
+    stats = {k: dev.stats()[k] for k in _COUNTERS}
+    return err, outs, stats
+
+
+def _fresh_pair(cfg_name: str):
+    from .fsim import FsimDevice
+    from .tsim import TsimDevice
+    cfg = load_config(configs()[cfg_name])
+    return FsimDevice(cfg, dram_bytes=DRAM_BYTES), TsimDevice(cfg, dram_bytes=DRAM_BYTES, progress=None)
+
+
+def run_case(cfg_name: str, seed: int) -> tuple[Program, list[str]]:
+    """Run one random program on fresh fsim and tsim devices; returns (program, mismatch descriptions)."""
+    fs, ts = _fresh_pair(cfg_name)
+    try:
+        prog = make_program(cfg_name, seed, fs.alloc)
+        for phys, data in prog.buffers:                    # the same allocations on tsim
+            got = ts.alloc(data.size)
+            assert got == phys, "fsim and tsim allocate alike"
+        return prog, compare(prog, fs, ts)
+    finally:
+        ts.close()
+
+
+def compare(prog: Program, fs, ts) -> list[str]:
+    fe, fo, fst = _run_on(fs, prog)
+    te, to, tst = _run_on(ts, prog)
+    problems = []
+    if fe != te:
+        problems.append(f"outcome: fsim {fe or 'ok'}, tsim {te or 'ok'}")
+    if fe is None and te is None:
+        for k, (a, b) in enumerate(zip(fo, to)):
+            if a != b:
+                da, db = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
+                first = int(np.flatnonzero(da != db)[0])
+                problems.append(f"output buffer {k}: {int((da != db).sum())} bytes differ, first at byte {first}")
+        for key in _COUNTERS:
+            if fst[key] != tst[key]:
+                problems.append(f"counter {key}: fsim {fst[key]}, tsim {tst[key]}")
+    return problems
+
+
+def save(prog: Program, problems: list[str]) -> Path:
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    path = OUT_DIR / f"case-{prog.cfg_name}-{prog.seed}.npz"
+    arrays = {"insns": np.frombuffer(prog.insns, np.uint8), "meta": np.array([prog.cfg_name, str(prog.seed)])}
+    for k, (phys, data) in enumerate(prog.buffers):
+        arrays[f"buf{k}_{phys}"] = data
+    arrays["outputs"] = np.array(prog.outputs, dtype=np.int64).reshape(-1, 2)
+    arrays["problems"] = np.array(problems or ["-"])
+    np.savez_compressed(path, **arrays)
+    return path
+
+
+def load(path: str | Path) -> Program:
+    z = np.load(path)
+    cfg_name, seed = (str(x) for x in z["meta"])
+    bufs = sorted(((int(k.split("_")[1]), int(k[3:].split("_")[0]), z[k]) for k in z.files if k.startswith("buf")),
+                  key=lambda t: t[1])
+    return Program(cfg_name, int(seed), z["insns"].tobytes(), [(p, d) for p, _, d in bufs],
+                   [tuple(map(int, r)) for r in z["outputs"]])
+
+
+def replay(path: str | Path) -> list[str]:
+    prog = load(path)
+    fs, ts = _fresh_pair(prog.cfg_name)
+    try:
+        for phys, data in prog.buffers:
+            assert fs.alloc(data.size) == phys and ts.alloc(data.size) == phys
+        return compare(prog, fs, ts)
+    finally:
+        ts.close()
+
+
+def fuzz(n: int, seed: int = 0, names: list[str] | None = None, quiet: bool = False) -> list[tuple[Program, list]]:
+    names = names or list(configs())
+    failures = []
+    t0 = time.perf_counter()
+    for k in range(n):
+        name = names[k % len(names)]
+        case_seed = seed + k
+        try:
+            prog, problems = run_case(name, case_seed)
+        except Exception:  # a crash in the harness or a device is a finding too
+            problems = ["exception:\n" + traceback.format_exc()]
+            prog = Program(name, case_seed, b"", [], [])
+        if problems:
+            path = save(prog, problems) if prog.insns else None
+            failures.append((prog, problems))
+            print(f"MISMATCH {name} seed {case_seed}: " + "; ".join(problems) + (f" (reproducer {path})"
+                                                                                 if path else ""), flush=True)
+        elif not quiet and (k + 1) % 25 == 0:
+            print(f"  {k + 1}/{n} cases, {len(failures)} mismatches ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m sim.fuzz", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("n", nargs="?", type=int, default=100, help="number of random programs (default 100)")
+    p.add_argument("--seed", type=int, default=int(time.time()) % 100000, help="first seed (default: from the clock)")
+    p.add_argument("--config", action="append", choices=sorted(configs()), help="configs to use (default: all)")
+    p.add_argument("--replay", help="run a saved reproducer again")
+    args = p.parse_args(argv)
+    if args.replay:
+        problems = replay(args.replay)
+        print("\n".join(problems) if problems else "no mismatch")
+        return 1 if problems else 0
+    print(f"fuzzing {args.n} programs from seed {args.seed} on {', '.join(args.config or configs())}", flush=True)
+    t0 = time.perf_counter()
+    failures = fuzz(args.n, args.seed, args.config)
+    print(f"{args.n} programs, {len(failures)} mismatches, {time.perf_counter() - t0:.0f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

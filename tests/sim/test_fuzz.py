@@ -1,0 +1,24 @@
+"""A fixed-seed batch of the differential fuzzer (fsim vs tsim); ``nox -s fuzz -- N`` runs more."""
+
+import pytest
+
+tsim = pytest.importorskip("sim.tsim")
+if not tsim.verilator_available():
+    pytest.skip("Verilator is not installed", allow_module_level=True)
+
+from sim import fuzz  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(fuzz.configs()))
+def test_fixed_seed_batch(name):
+    failures = fuzz.fuzz(40, seed=20240, names=[name], quiet=True)
+    assert not failures, "\n".join(f"seed {p.seed}: {'; '.join(pr)}" for p, pr in failures)
+
+
+def test_reproducer_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setattr(fuzz, "OUT_DIR", tmp_path)
+    prog, problems = fuzz.run_case("1x16x16", 7)
+    assert problems == []
+    path = fuzz.save(prog, problems)
+    assert fuzz.load(path).insns == prog.insns
+    assert fuzz.replay(path) == []
