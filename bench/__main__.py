@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import fsim_bench
+from . import fsim_bench, tsim_bench
 from .common import write_results
 
-SECTIONS = {"fsim": fsim_bench.run}
+SECTIONS = {"fsim": fsim_bench.run, "tsim": tsim_bench.run}
 
 
 def main(argv: list[str] | None = None) -> int:
