@@ -1,4 +1,4 @@
-"""Sessions: tests, demo, lint, bench (see README)."""
+"""Sessions: tests, demo, lint, bench, synth, fuzz, verilog (see README)."""
 
 import nox
 
@@ -39,3 +39,24 @@ def bench(session: nox.Session) -> None:
     """Benchmarks; results go to build/bench/results.json."""
     _install(session)
     session.run("python", "-m", "bench", *session.posargs)
+
+
+@nox.session
+def synth(session: nox.Session) -> None:
+    """Resource use of the core (yosys synth_xilinx) against xc7z020 and xczu3eg; slow (minutes)."""
+    _install(session)
+    session.run("python", "-m", "vta_hw.synth", *session.posargs)
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """Differential fuzzing of fsim against tsim: ``nox -s fuzz -- N [--seed S]``."""
+    _install(session)
+    session.run("python", "-m", "sim.fuzz", *(session.posargs or ["200"]))
+
+
+@nox.session
+def verilog(session: nox.Session) -> None:
+    """Write the core's Verilog for the configured target: ``nox -s verilog -- [--config F] [--out F]``."""
+    _install(session)
+    session.run("python", "-m", "vta_hw.verilog", *session.posargs)

@@ -76,6 +76,7 @@ def _build_key(cfg: Config, verilog: Path, trace: bool, flags: list[str]) -> str
     h.update(cfg.hash(hardware_only=True).encode())
     h.update(verilog.read_bytes())
     h.update(HARNESS.read_bytes())
+    h.update((HERE / "lz4_shim" / "lz4.h").read_bytes())
     h.update(repr((trace, flags)).encode())
     h.update(subprocess.run([_verilator(), "--version"], capture_output=True, text=True).stdout.encode())
     return h.hexdigest()[:16]
@@ -140,8 +141,9 @@ def _build(cfg, trace, progress, generate) -> Path:
         log.write_text("")
         obj = out / "obj"
         shutil.rmtree(obj, ignore_errors=True)
+        cflags = f"-fPIC -O2 -I{HERE / 'lz4_shim'}"   # FST traces without liblz4-dev (see lz4_shim/lz4.h)
         cmd = [vl, "--cc", "--build", "-j", "2", *flags, "--top-module", "vta_core", "--prefix", "Vtop",
-               "-Mdir", str(obj), "-CFLAGS", "-fPIC -O2", str(verilog)]
+               "-Mdir", str(obj), "-CFLAGS", cflags, str(verilog)]
         if trace:
             cmd.insert(2, "--trace-fst")
         _run_with_progress(cmd, "Verilator", log, progress)
@@ -215,12 +217,12 @@ class TsimDevice:
     # ------------------------------------------------------------------ register access
     def _read32(self, offset: int) -> int:
         v = ctypes.c_uint32()
-        if self.lib.tsim_read_reg(self._h, offset, ctypes.byref(v), REG_TIMEOUT_CYCLES):
+        if self.lib.tsim_read_reg(self._live(), offset, ctypes.byref(v), REG_TIMEOUT_CYCLES):
             raise DeviceError(f"tsim: no AXI-Lite read response from register {offset:#x}")
         return v.value
 
     def _write32(self, offset: int, value: int) -> None:
-        if self.lib.tsim_write_reg(self._h, offset, value & 0xFFFFFFFF, REG_TIMEOUT_CYCLES):
+        if self.lib.tsim_write_reg(self._live(), offset, value & 0xFFFFFFFF, REG_TIMEOUT_CYCLES):
             raise DeviceError(f"tsim: no AXI-Lite write response from register {offset:#x}")
 
     def _advance(self) -> None:
@@ -247,7 +249,12 @@ class TsimDevice:
 
     def cycles(self) -> int:
         """Clock cycles simulated since the device was opened."""
-        return int(self.lib.tsim_cycle(self._h))
+        return int(self.lib.tsim_cycle(self._live()))
+
+    def _live(self):
+        if self._h is None:
+            raise DeviceError("this tsim device was closed")
+        return self._h
 
     def run(self, insn_phys: int, insn_count: int, timeout: float | None = None) -> None:
         insn_count = int(insn_count)

