@@ -239,7 +239,6 @@ class TensorCompute(wiring.Component):
                          self.acc_wr.data.eq(Mux(w_reset, 0, gemm_new)),
                          self.out_wr.en.eq(~w_reset), self.out_wr.addr.eq(w_dst),
                          self.gemm_uop.eq(~w_reset)]
-            new = gemm_new
         with m.Elif(alu_do):
             m.d.comb += [self.acc_wr.en.eq(1), self.acc_wr.addr.eq(d_dst), self.acc_wr.data.eq(alu_new),
                          self.out_wr.en.eq(1), self.out_wr.addr.eq(d_dst), self.alu_uop.eq(1)]
