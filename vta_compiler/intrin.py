@@ -4,7 +4,7 @@ One GEMM uop computes ``acc[b, o] += sum_k inp[b, k] * wgt[o, k]`` on one ACC el
 (BATCH x BLOCK_OUT int32), one INP element (BATCH x BLOCK_IN) and one WGT element
 (BLOCK_OUT x BLOCK_IN); the reset form zeroes one ACC element. Their implementations are a uop
 marker (``VTAUopPush`` inside ``coproc_uop_scope``) that the VTA passes turn into uop kernels;
-the mock forms do nothing (``env.mock``).
+the mock forms (``env.mock``) carry the same marker, which InjectSkip drops.
 
 With BATCH = 1 the descriptions have no batch loop: s_tir's tensorize does not match a unit loop,
 so schedules tensorize at the loop below the (unit) batch loop.
@@ -18,6 +18,8 @@ from tvm.script import tirx as T
 #: attribute that marks a uop push (its value names the runtime op that runs the kernel)
 UOP_SCOPE = "coproc_uop_scope"
 UOP_PUSH = "VTAUopPush"
+#: value of the uop scope attribute in mock mode: the kernel is dropped (InjectSkip)
+SKIP_GEMM = "VTASkipGEMMOp"
 
 _registered: dict[tuple, tuple[str, str]] = {}
 
@@ -36,6 +38,8 @@ def _register(env) -> tuple[str, str]:
     isc, wsc, asc = env.inp_scope, env.wgt_scope, env.acc_scope
     il, wl, al = env.inp_lanes, env.wgt_lanes, env.acc_lanes
     mock = env.mock_mode
+    # the mock forms keep the uop marker (so virtual threads see the same work) and InjectSkip drops them
+    op = SKIP_GEMM if mock else "VTAPushGEMMOp"
 
     if bb == 1:
         @T.prim_func(s_tir=True)
@@ -94,12 +98,9 @@ def _register(env) -> tuple[str, str]:
         with T.sblock("root"):
             T.reads(C[0:bb, 0:bo], A[0:bb, 0:bi], B[0:bo, 0:bi])
             T.writes(C[0:bb, 0:bo])
-            if mock:
-                T.evaluate(0)
-            else:
-                T.attr(0, UOP_SCOPE, "VTAPushGEMMOp")
-                T.evaluate(T.call_extern("int32", UOP_PUSH, 0, 0, C.access_ptr("rw"), A.access_ptr("r"),
-                                         B.access_ptr("r")))
+            T.attr(0, UOP_SCOPE, op)
+            T.evaluate(T.call_extern("int32", UOP_PUSH, 0, 0, C.access_ptr("rw"), A.access_ptr("r"),
+                                     B.access_ptr("r")))
 
     @T.prim_func(s_tir=True)
     def reset_impl(c: T.handle) -> None:
@@ -107,11 +108,8 @@ def _register(env) -> tuple[str, str]:
         with T.sblock("root"):
             T.reads()
             T.writes(C[0:bb, 0:bo])
-            if mock:
-                T.evaluate(0)
-            else:
-                T.attr(0, UOP_SCOPE, "VTAPushGEMMOp")
-                T.evaluate(T.call_extern("int32", UOP_PUSH, 0, 1, C.access_ptr("w"), 0, 0))
+            T.attr(0, UOP_SCOPE, op)
+            T.evaluate(T.call_extern("int32", UOP_PUSH, 0, 1, C.access_ptr("w"), 0, 0))
 
     suffix = f"{bb}x{bi}x{bo}_{it}_{wt}_{at}" + ("_mock" if mock else "")
     names = (f"vta.gemm_{suffix}", f"vta.gemm_reset_{suffix}")

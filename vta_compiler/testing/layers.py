@@ -74,12 +74,12 @@ def _run(mod, args, out_shape, out_dtype, repeat: int):
 
 def run_conv2d(wkl: C.Conv2DWorkload, tiling: C.Conv2DTiling | None = None, seed: int = 0, name: str = "conv2d",
                env: Environment | None = None, shift: int = 8, bias: bool = True, debug_flag: int = 0,
-               repeat: int = 1, build_kwargs: dict | None = None) -> LayerRun:
+               repeat: int = 1, build_kwargs: dict | None = None, mock: tuple[str, ...] = ()) -> LayerRun:
     env = env or get_env()
     tiling = tiling or C.conv2d_tiling(wkl, env)
     t0 = time.perf_counter()
     func = C.conv2d_layer(wkl, env, shift=shift, bias=bias)
-    sch = C.schedule_conv2d_packed(func, tiling, env=env)
+    sch = C.schedule_conv2d_packed(func, tiling, env=env, mock=mock)
     with build_config(debug_flag=debug_flag, **(build_kwargs or {})):
         mod = build(sch)
     build_s = time.perf_counter() - t0
@@ -103,12 +103,13 @@ def run_conv2d(wkl: C.Conv2DWorkload, tiling: C.Conv2DTiling | None = None, seed
 
 def run_dense(batch: int, in_features: int, out_features: int, tiling: D.DenseTiling | None = None, seed: int = 0,
               name: str = "dense", env: Environment | None = None, shift: int = 8, bias: bool = True,
-              debug_flag: int = 0, repeat: int = 1, build_kwargs: dict | None = None) -> LayerRun:
+              debug_flag: int = 0, repeat: int = 1, build_kwargs: dict | None = None,
+              mock: tuple[str, ...] = ()) -> LayerRun:
     env = env or get_env()
     tiling = tiling or D.dense_tiling(batch, in_features, out_features, env)
     t0 = time.perf_counter()
     func = D.dense_layer(batch, in_features, out_features, env, shift=shift, bias=bias)
-    sch = D.schedule_dense_packed(func, tiling, env=env)
+    sch = D.schedule_dense_packed(func, tiling, env=env, mock=mock)
     with build_config(debug_flag=debug_flag, **(build_kwargs or {})):
         mod = build(sch)
     build_s = time.perf_counter() - t0

@@ -81,3 +81,13 @@ def placeholder_reads(sch: s_tir.Schedule, block, params: list) -> list[int]:
 
 def func_params(func: tirx.PrimFunc) -> list:
     return list(func.params)
+
+
+def mock_names(env: Environment, mock) -> tuple[str, str, str, str]:
+    """(dma pragma, alu pragma, gemm intrinsic, gemm reset intrinsic), with the parts in ``mock`` skipped."""
+    unknown = set(mock) - {"dma", "alu", "gemm"}
+    if unknown:
+        raise ValueError(f"mock parts must be among dma, alu, gemm; got {sorted(unknown)}")
+    m = env.mock
+    return (m.dma_copy if "dma" in mock else env.dma_copy, m.alu if "alu" in mock else env.alu,
+            m.gemm if "gemm" in mock else env.gemm, m.gemm_reset if "gemm" in mock else env.gemm_reset)

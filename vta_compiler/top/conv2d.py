@@ -24,7 +24,7 @@ from tvm import s_tir, te, topi
 from ..environment import Environment, get_env
 from ..transform.common import VTACompileError
 from ..transform.uop import kernel_uop_budget
-from .common import divisors, epilogue, find_blocks, placeholder_reads, pragma
+from .common import divisors, epilogue, find_blocks, mock_names, placeholder_reads, pragma
 
 
 @dataclass(frozen=True)
@@ -217,9 +217,13 @@ def conv2d_tiling(wkl: Conv2DWorkload, env: Environment | None = None) -> Conv2D
 
 # ------------------------------------------------------------------------------------------------ schedule
 def schedule_conv2d_packed(func, tiling: Conv2DTiling | None = None, wkl: Conv2DWorkload | None = None,
-                           env: Environment | None = None) -> s_tir.Schedule:
-    """Schedule a conv2d_packed function (with any element-wise epilogue and a final int8 cast)."""
+                           env: Environment | None = None, mock: tuple[str, ...] = ()) -> s_tir.Schedule:
+    """Schedule a conv2d_packed function (with any element-wise epilogue and a final int8 cast).
+
+    ``mock``: parts to skip ("dma", "alu", "gemm"), for GEMM-only or ALU-only measurements.
+    """
     env = env or get_env()
+    dma_copy, alu, gemm, gemm_reset = mock_names(env, mock)
     if tiling is None:
         if wkl is None:
             raise VTACompileError("schedule_conv2d_packed: give a tiling or the workload to choose one")
@@ -267,7 +271,7 @@ def schedule_conv2d_packed(func, tiling: Conv2DTiling | None = None, wkl: Conv2D
     for blk, idx in extra:
         cb = sch.cache_read(blk, idx, env.acc_scope)
         sch.compute_at(cb, attach, preserve_unit_loops=True)
-        pragma(sch, sch.get_loops(cb)[-6], env.dma_copy)
+        pragma(sch, sch.get_loops(cb)[-6], dma_copy)
 
     # input and weight tiles
     inp = sch.cache_read(conv, 0, env.inp_scope)
@@ -279,15 +283,15 @@ def schedule_conv2d_packed(func, tiling: Conv2DTiling | None = None, wkl: Conv2D
 
     init = sch.decompose_reduction(conv, ko_o)
     if env.BATCH == 1:
-        sch.tensorize(sch.get_loops(init)[-1], env.gemm_reset)
-        sch.tensorize(c_i, env.gemm)
+        sch.tensorize(sch.get_loops(init)[-1], gemm_reset)
+        sch.tensorize(c_i, gemm)
     else:
-        sch.tensorize(sch.get_loops(init)[-2], env.gemm_reset)
-        sch.tensorize(b_i, env.gemm)
+        sch.tensorize(sch.get_loops(init)[-2], gemm_reset)
+        sch.tensorize(b_i, gemm)
 
-    pragma(sch, sch.get_loops(inp)[-4], env.dma_copy)     # per input-channel block: rows x columns, padded
-    pragma(sch, sch.get_loops(wgt)[-6], env.dma_copy)     # output-channel rows x (ci, kh, kw) columns
+    pragma(sch, sch.get_loops(inp)[-4], dma_copy)     # per input-channel block: rows x columns, padded
+    pragma(sch, sch.get_loops(wgt)[-6], dma_copy)     # output-channel rows x (ci, kh, kw) columns
     for blk in ewise:
-        pragma(sch, sch.get_loops(blk)[-6], env.alu)
-    pragma(sch, sch.get_loops(out)[-4], env.dma_copy)     # per output-channel block: rows x columns
+        pragma(sch, sch.get_loops(blk)[-6], alu)
+    pragma(sch, sch.get_loops(out)[-4], dma_copy)     # per output-channel block: rows x columns
     return sch

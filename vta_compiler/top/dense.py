@@ -16,7 +16,7 @@ from tvm import s_tir, te
 from ..environment import Environment, get_env
 from ..transform.common import VTACompileError
 from ..transform.uop import kernel_uop_budget
-from .common import divisors, epilogue, find_blocks, placeholder_reads, pragma
+from .common import divisors, epilogue, find_blocks, mock_names, placeholder_reads, pragma
 
 
 @dataclass(frozen=True)
@@ -103,8 +103,10 @@ def dense_tiling(batch: int, in_features: int, out_features: int, env: Environme
 
 
 def schedule_dense_packed(func, tiling: DenseTiling | None = None, env: Environment | None = None,
-                          shape: tuple[int, int, int] | None = None) -> s_tir.Schedule:
+                          mock: tuple[str, ...] = ()) -> s_tir.Schedule:
+    """Schedule a dense_packed function; ``mock``: parts to skip ("dma", "alu", "gemm")."""
     env = env or get_env()
+    dma_copy, alu, gemm, gemm_reset = mock_names(env, mock)
     sch = s_tir.Schedule(func)
     params = list(func.params)
     dense, _, ewise, out = find_blocks(sch, "dense")
@@ -137,21 +139,21 @@ def schedule_dense_packed(func, tiling: DenseTiling | None = None, env: Environm
     for blk, idx in extra:
         cb = sch.cache_read(blk, idx, env.acc_scope)
         sch.compute_at(cb, attach, preserve_unit_loops=True)
-        pragma(sch, sch.get_loops(cb)[-4], env.dma_copy)
+        pragma(sch, sch.get_loops(cb)[-4], dma_copy)
     inp = sch.cache_read(dense, 0, env.inp_scope)
     sch.compute_at(inp, ko_o, preserve_unit_loops=True)
     wgt = sch.cache_read(dense, 1, env.wgt_scope)
     sch.compute_at(wgt, ko_o, preserve_unit_loops=True)
     init = sch.decompose_reduction(dense, ko_o)
     if env.BATCH == 1:
-        sch.tensorize(sch.get_loops(init)[-1], env.gemm_reset)
-        sch.tensorize(c_i, env.gemm)
+        sch.tensorize(sch.get_loops(init)[-1], gemm_reset)
+        sch.tensorize(c_i, gemm)
     else:
-        sch.tensorize(sch.get_loops(init)[-2], env.gemm_reset)
-        sch.tensorize(b_i, env.gemm)
-    pragma(sch, sch.get_loops(inp)[-4], env.dma_copy)
-    pragma(sch, sch.get_loops(wgt)[-4], env.dma_copy)
+        sch.tensorize(sch.get_loops(init)[-2], gemm_reset)
+        sch.tensorize(b_i, gemm)
+    pragma(sch, sch.get_loops(inp)[-4], dma_copy)
+    pragma(sch, sch.get_loops(wgt)[-4], dma_copy)
     for blk in ewise:
-        pragma(sch, sch.get_loops(blk)[-4], env.alu)
-    pragma(sch, sch.get_loops(out)[-4], env.dma_copy)
+        pragma(sch, sch.get_loops(blk)[-4], alu)
+    pragma(sch, sch.get_loops(out)[-4], dma_copy)
     return sch

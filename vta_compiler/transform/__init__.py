@@ -3,9 +3,9 @@
 In pipeline order (after FlattenBuffer):
 
 =========================  ================================================================
-``InjectSkip``             mock mode: ``skip_dma_copy`` / ``skip_alu`` nests do nothing
 ``LiftUopScope``           a uop push's scope grows over its loop nest (one kernel per nest)
 ``InjectVirtualThread``    interleave virtual threads, private on-chip buffers per thread
+``InjectSkip``             mock mode: ``skip_dma_copy`` / ``skip_alu`` nests and mock GEMMs do nothing
 ``HoistAllocations``       on-chip allocations move to the start of the kernel
 ``PlanMemory``             SRAM element index for every on-chip buffer; refuse what does not fit
 ``InjectDepTokens``        dependency tokens between load, compute and store
@@ -67,7 +67,7 @@ def DebugPrologue(flag: int):
 
 def vta_passes() -> list:
     """The VTA passes in pipeline order."""
-    return [InjectSkip(), LiftUopScope(), InjectVirtualThread(), HoistAllocations(), PlanMemory(),
+    return [LiftUopScope(), InjectVirtualThread(), InjectSkip(), HoistAllocations(), PlanMemory(),
             InjectDepTokens(), InjectDMA(), InjectALU(), FoldUopLoop(), LowerStorage(), InjectSync()]
 
 

@@ -26,6 +26,7 @@ from ..intrin import UOP_PUSH, UOP_SCOPE
 
 LOAD, COMPUTE, STORE = 1, 2, 3
 STAGE_NAMES = {LOAD: "load", COMPUTE: "compute", STORE: "store"}
+KIND_NAMES = {"dma_load": "a DMA load", "dma_store": "a DMA store", "alu": "an ALU op", "gemm": "a GEMM"}
 R, W = 1, 2
 
 DMA_PRAGMA = "pragma_dma_copy"
@@ -244,7 +245,7 @@ def leaf_of(stmt, env: Environment, roots: dict | None = None) -> Leaf | None:
     def root(b):
         return roots.get(b, b)
 
-    if key == DMA_PRAGMA:
+    if key in (DMA_PRAGMA, SKIP_DMA_PRAGMA):
         _, body = peel_loops(stmt.body)
         if not isinstance(body, BufferStore):
             raise VTACompileError(f"the {env.dma_copy} pragma must be on a loop nest that copies one buffer into "
@@ -261,7 +262,7 @@ def leaf_of(stmt, env: Environment, roots: dict | None = None) -> Leaf | None:
                 if is_on_chip(s, env):
                     leaf.add(root(s), R)
         return leaf
-    if key == ALU_PRAGMA:
+    if key in (ALU_PRAGMA, SKIP_ALU_PRAGMA):
         leaf = Leaf("alu", COMPUTE)
         stores = []
         tvm_ffi.structural_walk(stmt.body, (BufferStore, lambda s: stores.append(s)))

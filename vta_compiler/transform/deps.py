@@ -40,6 +40,7 @@ from .common import (
     packed,
     seq,
 )
+from .memory import storage_regions
 
 EDGES = ((LOAD, COMPUTE), (COMPUTE, LOAD), (COMPUTE, STORE), (STORE, COMPUTE))
 
@@ -72,11 +73,21 @@ def _summary(stmt, env, roots, cache) -> dict:
     return out
 
 
+_STORAGE: dict = {}
+
+
 def _conflict(a: dict, b: dict) -> bool:
     for buf, m in a.items():
         n = b.get(buf)
         if n is not None and (m | n) & W:
             return True
+        ra = _STORAGE.get(buf)
+        if ra is None:
+            continue
+        for buf2, n2 in b.items():
+            rb = _STORAGE.get(buf2)
+            if rb is not None and (m | n2) & W and ra[0] == rb[0] and ra[1] < rb[2] and rb[1] < ra[2]:
+                return True
     return False
 
 
@@ -191,7 +202,12 @@ def _process_seq(items, env, roots, cache, periodic):
 def inject_dep_tokens(func, env: Environment):
     roots = decl_roots(func.body)
     cache: dict = {}
-    body, pre, post, _ = _process(func.body, env, roots, cache)
+    _STORAGE.clear()
+    _STORAGE.update(storage_regions(func.body, env))
+    try:
+        body, pre, post, _ = _process(func.body, env, roots, cache)
+    finally:
+        _STORAGE.clear()
     if pre or post:
         body = seq(pre + [body] + post)
     return func.with_body(body)

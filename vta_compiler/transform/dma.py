@@ -261,4 +261,7 @@ def inject_dma(func, env: Environment):
         if a.attr_key == DMA_PRAGMA:
             return lower_dma(a, env, plan, roots)
         return a
-    return func.with_body(tvm_ffi.structural_map(func.body, (tirx.AttrStmt, on_attr), order="post"))
+    body = tvm_ffi.structural_map(func.body, (tirx.AttrStmt, on_attr), order="post")
+    from .memory import check_stores
+    check_stores(func.body, env)
+    return func.with_body(body)

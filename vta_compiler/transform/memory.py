@@ -27,9 +27,11 @@ from .alu import alu_nests
 from .common import (
     ALU_PRAGMA,
     DMA_PRAGMA,
+    KIND_NAMES,
     SRAM_BASE,
     STAGE_NAMES,
     VTACompileError,
+    W,
     buffer_numel,
     collect_allocs,
     is_on_chip,
@@ -92,8 +94,8 @@ def plan_memory(func, env: Environment):
             if base in info.access:
                 raise VTACompileError(
                     f"ALU op writing {dst.name} works in place on {base.name} (they share storage), but {base.name} "
-                    f"is used again afterwards by a {info.kind} on the {STAGE_NAMES[info.stage]} stage; compute "
-                    "that use first or keep a copy")
+                    f"is used again afterwards by {KIND_NAMES[info.kind]} on the {STAGE_NAMES[info.stage]} stage; "
+                    "compute that use first or keep a copy")
         parent[find(dst)] = find(base)
 
     sizes, scope_of_class = {}, {}
@@ -120,18 +122,21 @@ def plan_memory(func, env: Environment):
         scope = scope_of_class[r]
         base[r] = used.get(scope, 0)
         used[scope] = base[r] + sizes[r]
+    problems = []
     for scope, total in used.items():
         if total > depth[scope]:
             members = []
             for r in base:
                 if scope_of_class[r] == scope:
-                    names = "+".join(b.name for b in bufs if find(b) is r)
+                    names = "+".join(b.name for b in bufs if find(b).same_as(r))
                     members.append(f"{names}: {sizes[r]}")
-            raise VTACompileError(
-                f"the schedule's tiles do not fit VTA's on-chip memory: the {scope_label(scope, env)} buffer "
-                f"({scope}) holds {depth[scope]} elements of {elem_bytes[scope]} bytes ({key[scope]}="
-                f"{getattr(env, key[scope])}) but the schedule needs {total}: {'; '.join(members)}. "
-                "Use smaller tiles or fewer virtual threads")
+            problems.append(
+                f"the {scope_label(scope, env)} buffer ({scope}) holds {depth[scope]} elements of {elem_bytes[scope]} "
+                f"bytes ({key[scope]}={getattr(env, key[scope])}) but the schedule needs {total}: "
+                f"{'; '.join(members)}")
+    if problems:
+        raise VTACompileError("the schedule's tiles do not fit VTA's on-chip memory: " + "; and ".join(problems) +
+                              ". Use smaller tiles or fewer virtual threads")
 
     def on_alloc(a):
         if a.buffer in parent:
@@ -140,6 +145,46 @@ def plan_memory(func, env: Environment):
             return tirx.AllocBuffer(a.buffer, ann)
         return a
     return func.with_body(tvm_ffi.structural_map(func.body, (tirx.AllocBuffer, on_alloc)))
+
+
+def storage_regions(body, env: Environment) -> dict:
+    """buffer var -> (scope, first, last+1) SRAM element range, from PlanMemory's annotations."""
+    out = {}
+    for a in collect_allocs(body, env):
+        if SRAM_BASE in a.annotations:
+            scope = scope_of(a.buffer)
+            base = int(a.annotations[SRAM_BASE])
+            out[a.buffer] = (scope, base, base + buffer_numel(a.buffer) // lanes_of(scope, env))
+    return out
+
+
+def overlaps(regions: dict, x, y) -> bool:
+    if x.same_as(y):
+        return True
+    rx, ry = regions.get(x), regions.get(y)
+    return rx is not None and ry is not None and rx[0] == ry[0] and rx[1] < ry[2] and ry[1] < rx[2]
+
+
+def check_stores(body, env: Environment) -> None:
+    """Refuse a store whose accumulators were last written by a DMA load (gotcha G4).
+
+    VTA stores the OUT buffer, which only GEMM and ALU instructions write; the data of an ACC
+    load never reaches it.
+    """
+    regions = storage_regions(body, env)
+    leaves = _leaf_list(body, env)
+    for k, (_, info) in enumerate(leaves):
+        if info.kind != "dma_store":
+            continue
+        for src in info.access:
+            last = next((lf for _, lf in reversed(leaves[:k])
+                         if any(m & W and overlaps(regions, b, src) for b, m in lf.access.items())), None)
+            if last is not None and last.kind == "dma_load":
+                raise VTACompileError(
+                    f"the store of {src.name} would store stale data: its accumulators were last written by a DMA "
+                    "load, but VTA stores the OUT buffer, which only GEMM and ALU instructions write. Add an ALU "
+                    f"stage before the store (the copy idiom: a plain copy of {src.name} under the {env.alu} "
+                    "pragma becomes SHR 0)")
 
 
 def lower_storage(func, env: Environment):

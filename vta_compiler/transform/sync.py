@@ -9,13 +9,15 @@ from tvm.ir import Call
 from tvm.tirx import AttrStmt
 
 from ..environment import Environment
+from ..intrin import SKIP_GEMM, UOP_SCOPE
 from .common import RUNTIME, SKIP_ALU_PRAGMA, SKIP_DMA_PRAGMA, packed, seq
 
 
 def inject_skip(func, env: Environment):
-    """Mock mode: nests under ``skip_dma_copy`` / ``skip_alu`` do nothing (InjectSkipCopy)."""
+    """Mock mode: nests under ``skip_dma_copy`` / ``skip_alu`` and mock GEMM kernels do nothing (InjectSkipCopy)."""
     def on_attr(a):
-        if a.attr_key in (SKIP_DMA_PRAGMA, SKIP_ALU_PRAGMA):
+        if a.attr_key in (SKIP_DMA_PRAGMA, SKIP_ALU_PRAGMA) or \
+                (a.attr_key == UOP_SCOPE and isinstance(a.value, tvm.ir.StringImm) and a.value.value == SKIP_GEMM):
             return tirx.Evaluate(tirx.const(0, "int32"))
         return a
     return func.with_body(tvm_ffi.structural_map(func.body, (AttrStmt, on_attr), order="post"))

@@ -70,8 +70,9 @@ def inject_one(attr: AttrStmt, env: Environment) -> tirx.Stmt:
     alloc_bufs = [a.buffer for a in allocs]
 
     def drop_allocs(s):
-        return SeqStmt([c for c in s.seq if not (isinstance(c, tirx.AllocBuffer) and c.buffer in alloc_bufs)]) \
-            if any(isinstance(c, tirx.AllocBuffer) and c.buffer in alloc_bufs for c in s.seq) else s
+        if any(isinstance(c, tirx.AllocBuffer) and c.buffer in alloc_bufs for c in s.seq):
+            return seq([c for c in s.seq if not (isinstance(c, tirx.AllocBuffer) and c.buffer in alloc_bufs)])
+        return s
     body = tvm_ffi.structural_map(attr.body, (SeqStmt, drop_allocs), order="post")
 
     leaves = []
