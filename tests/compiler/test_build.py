@@ -142,3 +142,39 @@ def test_cross_compile_for_boards(tmp_path, target, machine):
         else None
     if readelf is not None and readelf.returncode == 0:
         assert "VFP registers" in readelf.stdout    # hard-float calling convention
+
+
+def test_testing_run_and_simulator_stats(tmp_path):
+    """vta.testing.run picks the device from env.TARGET and hands fn a (local) RPC session, used as for a board:
+    export the module, upload, load it remotely, run on the remote ext_dev; then stats/clear_stats."""
+    from vta_compiler.testing import simulator
+
+    def check(env, remote):
+        sch, shape = _small(env)
+        vta.build(sch).export_library(str(tmp_path / "kernel.so"))
+        remote.upload(str(tmp_path / "kernel.so"))
+        m = remote.load_module("kernel.so")
+        dev = remote.ext_dev(0)
+        a = np.arange(np.prod(shape), dtype=np.int32).reshape(shape)
+        x = tvm.runtime.tensor(a, device=dev)
+        out = tvm.runtime.empty(shape, "int8", device=dev)
+        simulator.clear_stats()
+        m(x, out)
+        np.testing.assert_array_equal(out.numpy(), (a >> 1).astype(np.int8))
+        return simulator.stats()
+
+    try:
+        stats = vta.testing.run(check)
+    finally:
+        vta_runtime.set_command_queue(None)
+    assert stats["alu_counter"] == 6 and stats["out_store_nbytes"] == 6 * 16 * vta.get_env().BATCH
+    assert vta.testing.simulator.enabled()
+
+
+def test_runtime_array_round_trip(fsim):
+    """The original test_runtime_array: an int8 tensor to ext_dev and back."""
+    env = vta.get_env()
+    x = np.random.default_rng(9).integers(-128, 128, (100, 100, env.BATCH, env.BLOCK_OUT), dtype=np.int8)
+    t = tvm.runtime.tensor(x, device=tvm.ext_dev(0))
+    assert t.device.dlpack_device_type() == 12 if hasattr(t.device, "dlpack_device_type") else True
+    np.testing.assert_array_equal(t.numpy(), x)

@@ -22,7 +22,7 @@ class LayerRun:
     name: str
     correct: bool
     build_s: float
-    run_s: float
+    run_s: float                # wall time of one run (runtime + device), averaged over the repeats
     stats: dict
     macs: int                   # useful multiply-accumulates (padded channels included)
     compulsory_bytes: int       # inputs + weights + bias + outputs, each moved once
@@ -63,13 +63,10 @@ def _run(mod, args, out_shape, out_dtype, repeat: int):
     simulator.clear_stats()
     t0 = time.perf_counter()
     mod(*dev_args, out)
-    dt = time.perf_counter() - t0
     stats = simulator.stats()
     for _ in range(repeat - 1):
-        t0 = time.perf_counter()
         mod(*dev_args, out)
-        dt = min(dt, time.perf_counter() - t0)
-    return out.numpy(), stats, dt
+    return out.numpy(), stats, (time.perf_counter() - t0) / repeat
 
 
 def run_conv2d(wkl: C.Conv2DWorkload, tiling: C.Conv2DTiling | None = None, seed: int = 0, name: str = "conv2d",

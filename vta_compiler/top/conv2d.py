@@ -26,6 +26,9 @@ from ..transform.common import VTACompileError
 from ..transform.uop import kernel_uop_budget
 from .common import divisors, epilogue, find_blocks, mock_names, placeholder_reads, pragma
 
+#: weight of DRAM traffic (in bus cycles) in the tiling cost, on top of the exposed latencies
+TRAFFIC_WEIGHT = 0.5
+
 
 @dataclass(frozen=True)
 class Conv2DWorkload:
@@ -158,7 +161,7 @@ def fits(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling) -> bool:
 
 
 def estimate_cycles(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling) -> float:
-    """A rough cycle count: per tile, chunks are pipelined when there are virtual threads."""
+    """A rough cost in cycles: per tile, chunks are pipelined when there are virtual threads; plus traffic."""
     bus = env.AXI_DATA_BYTES
     cib = padded_channels(wkl.in_filter, env.BLOCK_IN) // env.BLOCK_IN
     cob, nb = wkl.out_filter // env.BLOCK_OUT, wkl.batch // env.BATCH
@@ -179,9 +182,14 @@ def estimate_cycles(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling) -> f
     acc_elems = t.tile_co * t.tile_h * t.tile_w
     tile += 4 * acc_elems / threads + acc_elems * env.OUT_ELEM_BYTES / bus / threads + 40
     total = n_co * n_sp * tile
+    wgt_bytes = cob * cib * kh * kw * env.WGT_ELEM_BYTES
     if t.wgt_at == "co":
-        total += cob * cib * kh * kw * env.WGT_ELEM_BYTES / bus
-    return total
+        total += wgt_bytes / bus
+    else:
+        wgt_bytes *= n_sp
+    # DRAM traffic is mostly hidden behind the GEMMs, but it is shared with the host: count half of it
+    inp_bytes = n_co * n_sp * cib * th_in * tw_in * t.h_nthread * env.INP_ELEM_BYTES
+    return total + TRAFFIC_WEIGHT * (inp_bytes + wgt_bytes) / bus
 
 
 def conv2d_tiling(wkl: Conv2DWorkload, env: Environment | None = None) -> Conv2DTiling:
@@ -202,8 +210,6 @@ def conv2d_tiling(wkl: Conv2DWorkload, env: Environment | None = None) -> Conv2D
                     for tw in divisors(ow):
                         for tci in divisors(cib):
                             for wgt_at in ("ko", "co"):
-                                if wgt_at == "co" and tci == cib:
-                                    continue
                                 t = Conv2DTiling(tco, th, tw, tci, oc_n, h_n, wgt_at)
                                 if not fits(env, wkl, t):
                                     continue

@@ -40,13 +40,40 @@ from .common import (
     packed,
     seq,
 )
-from .memory import storage_regions
+from .memory import overlaps, storage_regions
 
 EDGES = ((LOAD, COMPUTE), (COMPUTE, LOAD), (COMPUTE, STORE), (STORE, COMPUTE))
 
 
-def _summary(stmt, env, roots, cache) -> dict:
-    """stage -> {buffer: R|W bits} of everything ``stmt`` does."""
+class _Ctx:
+    def __init__(self, env, roots, canon):
+        self.env, self.roots, self.canon, self.cache = env, roots, canon, {}
+
+
+def _canonical_storage(body, env) -> dict:
+    """buffer var -> one representative per piece of storage (buffers whose SRAM ranges overlap).
+
+    Dependencies are between storage, not buffer names: an ALU result shares its base operand's
+    storage (PlanMemory), and a later write to either conflicts with a pending read of the other.
+    """
+    regions = storage_regions(body, env)
+    bufs = list(regions)
+    parent = {b: b for b in bufs}
+
+    def find(b):
+        while not parent[b].same_as(b):
+            b = parent[b]
+        return b
+    for i, x in enumerate(bufs):
+        for y in bufs[i + 1:]:
+            if overlaps(regions, x, y):
+                parent[find(y)] = find(x)
+    return {b: find(b) for b in bufs}
+
+
+def _summary(stmt, ctx) -> dict:
+    """stage -> {storage: R|W bits} of everything ``stmt`` does."""
+    env, roots, cache = ctx.env, ctx.roots, ctx.cache
     key = stmt
     if key in cache:
         return cache[key]
@@ -59,21 +86,22 @@ def _summary(stmt, env, roots, cache) -> dict:
                 d[b] = d.get(b, 0) | m
     leaf = leaf_of(stmt, env, roots)
     if leaf is not None:
-        out = {leaf.stage: dict(leaf.access)}
+        acc: dict = {}
+        for b, m in leaf.access.items():
+            k = ctx.canon.get(b, b)
+            acc[k] = acc.get(k, 0) | m
+        out = {leaf.stage: acc}
     elif isinstance(stmt, SeqStmt):
         for c in stmt.seq:
-            merge(_summary(c, env, roots, cache))
+            merge(_summary(c, ctx))
     elif isinstance(stmt, (For, AttrStmt)):
-        merge(_summary(stmt.body, env, roots, cache))
+        merge(_summary(stmt.body, ctx))
     elif isinstance(stmt, tirx.IfThenElse):
-        merge(_summary(stmt.then_case, env, roots, cache))
+        merge(_summary(stmt.then_case, ctx))
         if stmt.else_case is not None:
-            merge(_summary(stmt.else_case, env, roots, cache))
+            merge(_summary(stmt.else_case, ctx))
     cache[key] = out
     return out
-
-
-_STORAGE: dict = {}
 
 
 def _conflict(a: dict, b: dict) -> bool:
@@ -81,13 +109,6 @@ def _conflict(a: dict, b: dict) -> bool:
         n = b.get(buf)
         if n is not None and (m | n) & W:
             return True
-        ra = _STORAGE.get(buf)
-        if ra is None:
-            continue
-        for buf2, n2 in b.items():
-            rb = _STORAGE.get(buf2)
-            if rb is not None and (m | n2) & W and ra[0] == rb[0] and ra[1] < rb[2] and rb[1] < ra[2]:
-                return True
     return False
 
 
@@ -158,16 +179,16 @@ def _plan_sequence(sums, inner, periodic: bool):
     return [(p + n if p < 0 else p, q, a, b, p < 0) for p, q, a, b in last]
 
 
-def _process(stmt, env, roots, cache):
+def _process(stmt, ctx):
     """Insert tokens inside ``stmt``: (statement, pre-statements, post-statements, queues used inside)."""
     if isinstance(stmt, SeqStmt):
-        return _process_seq(list(stmt.seq), env, roots, cache, periodic=False)
-    if isinstance(stmt, For) and leaf_of(stmt, env, roots) is None:
-        body, pre, post, used = _process_seq(_items(stmt.body), env, roots, cache, periodic=True)
+        return _process_seq(list(stmt.seq), ctx, periodic=False)
+    if isinstance(stmt, For) and leaf_of(stmt, ctx.env, ctx.roots) is None:
+        body, pre, post, used = _process_seq(_items(stmt.body), ctx, periodic=True)
         return For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding,
                    stmt.annotations), pre, post, used
-    if isinstance(stmt, AttrStmt) and leaf_of(stmt, env, roots) is None:
-        body, pre, post, used = _process(stmt.body, env, roots, cache)
+    if isinstance(stmt, AttrStmt) and leaf_of(stmt, ctx.env, ctx.roots) is None:
+        body, pre, post, used = _process(stmt.body, ctx)
         return AttrStmt(stmt.node, stmt.attr_key, stmt.value, seq(pre + [body] + post)), [], [], used
     return stmt, [], [], set()
 
@@ -176,9 +197,9 @@ def _items(body):
     return list(body.seq) if isinstance(body, SeqStmt) else [body]
 
 
-def _process_seq(items, env, roots, cache, periodic):
-    done = [_process(s, env, roots, cache) for s in items]
-    sums = [_summary(s, env, roots, cache) for s in items]
+def _process_seq(items, ctx, periodic):
+    done = [_process(s, ctx) for s in items]
+    sums = [_summary(s, ctx) for s in items]
     inner = [d[3] for d in done]
     pairs = _plan_sequence(sums, inner, periodic)
     before = {i: [] for i in range(len(items))}
@@ -200,14 +221,8 @@ def _process_seq(items, env, roots, cache, periodic):
 
 
 def inject_dep_tokens(func, env: Environment):
-    roots = decl_roots(func.body)
-    cache: dict = {}
-    _STORAGE.clear()
-    _STORAGE.update(storage_regions(func.body, env))
-    try:
-        body, pre, post, _ = _process(func.body, env, roots, cache)
-    finally:
-        _STORAGE.clear()
+    ctx = _Ctx(env, decl_roots(func.body), _canonical_storage(func.body, env))
+    body, pre, post, _ = _process(func.body, ctx)
     if pre or post:
         body = seq(pre + [body] + post)
     return func.with_body(body)
