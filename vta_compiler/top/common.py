@@ -35,8 +35,7 @@ def epilogue(env: Environment, acc: te.Tensor, bias: te.Tensor | None, shift: in
 
 def find_blocks(sch: s_tir.Schedule, what: str):
     """(reduction block, its producers, element-wise blocks in order, output block) of a GEMM-like function."""
-    root = sch.get_sblock("root") if _has_root(sch) else None
-    blocks = sch.get_child_blocks(root) if root is not None else sch.get_child_blocks(sch.get_sblock("root"))
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
     red = [b for b in blocks if any(int(iv.iter_type) == 2 for iv in sch.get(b).iter_vars)]
     if len(red) != 1:
         raise VTACompileError(f"{what}: expected exactly one reduction (the GEMM/convolution), found {len(red)}")
@@ -53,17 +52,9 @@ def find_blocks(sch: s_tir.Schedule, what: str):
         cur = cons[0]
         chain.append(cur)
     if not chain:
-        raise VTACompileError(f"{what}: the reduction's int32 result must be converted to {{out_dtype}} by a final "
-                              "stage (VTA stores int8)")
+        raise VTACompileError(f"{what}: the reduction's int32 result must be converted to int8 by a final stage "
+                              "(VTA stores int8)")
     return red, producers, chain[:-1], chain[-1]
-
-
-def _has_root(sch) -> bool:
-    try:
-        sch.get_sblock("root")
-        return True
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def pragma(sch: s_tir.Schedule, loop, name: str) -> None:
