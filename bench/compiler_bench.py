@@ -5,6 +5,8 @@
 * DRAM bytes moved (inp + wgt + acc loads + out stores) / compulsory bytes (every input, weight,
   bias and output byte once); below 1.0 when a strided 1x1 convolution never needs some inputs,
 * fsim wall time / TVM-llvm CPU time of the same layer (the same TE function built for the host CPU),
+* a *modelled* efficiency (``bench/pipeline_model.py``: in-order modules, tokens, 1 uop/cycle, one bus
+  word/cycle): ideal uops / modelled cycles, an estimate of latency hiding until tsim exists,
 * on tsim (when ``sim.tsim`` is importable; small layers, all layers with ``--tsim``): achieved MACs
   per cycle / (BATCH*BLOCK_IN*BLOCK_OUT) (target >= 0.7 on 3x3 layers).
 """
@@ -47,30 +49,35 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
     from vta_compiler.top import RESNET18, conv2d_layer
 
     from .common import TimedDevice
+    from .pipeline_model import ModelDevice
 
     env = vta.get_env()
     names = ["C2", "C5", "C8", "C11"] if quick else list(RESNET18)
     rows = {}
     print(f"{'layer':5} {'ok':>3} {'build s':>8} {'uops/ideal':>10} {'DRAM/comp':>9} {'fsim s':>7} {'rt+fsim s':>9} "
-          f"{'llvm s':>7} {'fsim/llvm':>9}  tiling")
+          f"{'llvm s':>7} {'fsim/llvm':>9} {'model eff':>9}  tiling")
     try:
         for name in names:
             wkl = RESNET18[name]
-            dev = TimedDevice(FsimDevice(env.config))
+            timed = TimedDevice(FsimDevice(env.config))
+            dev = ModelDevice(timed)
             vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
             r = run_conv2d(wkl, name=name, repeat=1 if quick else 2)
-            fsim_s = dev.run_seconds / (1 if quick else 2)
+            runs = 1 if quick else 2
+            fsim_s = timed.run_seconds / runs
+            model_eff = r.ideal_uops / (dev.model_cycles / runs)
             llvm_s = _llvm_time(conv2d_layer(wkl, env), 1 if quick else 3)
             t = r.tiling
             rows[name] = {"correct": r.correct, "build_s": r.build_s, "gemm_uops": r.stats["gemm_counter"],
                           "ideal_uops": r.ideal_uops, "uops_over_ideal": r.uop_ratio, "dram_bytes": r.moved_bytes,
                           "compulsory_bytes": r.compulsory_bytes, "dram_over_compulsory": r.dram_ratio,
                           "fsim_s": fsim_s, "runtime_plus_fsim_s": r.run_s, "llvm_cpu_s": llvm_s,
-                          "fsim_over_llvm": fsim_s / llvm_s, "tiling": vars(t)}
+                          "fsim_over_llvm": fsim_s / llvm_s, "model_cycles": dev.model_cycles / runs,
+                          "model_efficiency": model_eff, "tiling": vars(t)}
             print(f"{name:5} {'yes' if r.correct else 'NO':>3} {r.build_s:8.2f} {r.uop_ratio:10.3f} "
-                  f"{r.dram_ratio:9.2f} {fsim_s:7.3f} {r.run_s:9.3f} {llvm_s:7.4f} {fsim_s / llvm_s:9.1f}  "
-                  f"co{t.tile_co} h{t.tile_h} w{t.tile_w} ci{t.tile_ci} threads {t.oc_nthread}x{t.h_nthread} "
-                  f"wgt@{t.wgt_at}", flush=True)
+                  f"{r.dram_ratio:9.2f} {fsim_s:7.3f} {r.run_s:9.3f} {llvm_s:7.4f} {fsim_s / llvm_s:9.1f} "
+                  f"{model_eff:9.2f}  co{t.tile_co} h{t.tile_h} w{t.tile_w} ci{t.tile_ci} "
+                  f"threads {t.oc_nthread}x{t.h_nthread}x{t.ko_nthread} wgt@{t.wgt_at}", flush=True)
     finally:
         vta_runtime.set_command_queue(None)
     builds = [v["build_s"] for v in rows.values()]

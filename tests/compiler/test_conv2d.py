@@ -28,11 +28,13 @@ TILINGS = [
     Conv2DTiling(2, 8, 4, 1, 1, 2),            # threads over rows (weight tile shared)
     Conv2DTiling(2, 8, 8, 1, 2, 2),            # both
     Conv2DTiling(2, 4, 4, 1, 2, 1, "co"),      # weights loaded once per channel tile
+    Conv2DTiling(2, 4, 8, 1, 1, 1, "ko", 2),   # two input chunks in flight (pipelined reduction loop)
+    Conv2DTiling(2, 8, 8, 1, 2, 2, "co", 2),   # everything at once
 ]
 
 
 @pytest.mark.parametrize("tiling", TILINGS, ids=lambda t: f"co{t.tile_co}h{t.tile_h}w{t.tile_w}ci{t.tile_ci}"
-                         f"_oc{t.oc_nthread}h{t.h_nthread}_{t.wgt_at}")
+                         f"_oc{t.oc_nthread}h{t.h_nthread}ko{t.ko_nthread}_{t.wgt_at}")
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_tokens_under_random_interleaving(racy, tiling, seed):
     """Load, compute and store interleaved in random orders (as hardware may) still give exact results."""

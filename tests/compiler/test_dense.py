@@ -14,10 +14,11 @@ def _gemm_tilings():
     b = 128 // env.BATCH
     c = 128 // env.BLOCK_IN
     return {"no-vthread": DenseTiling(b, c, c, 1, 1), "oc-vthreads": DenseTiling(b, c, c, 2, 1),
-            "batch-vthreads": DenseTiling(b, c, c, 1, 2), "chunked-both": DenseTiling(b // 2, c, 2, 2, 2)}
+            "batch-vthreads": DenseTiling(b, c, c, 1, 2), "chunked-both": DenseTiling(b // 2, c, 2, 2, 2),
+            "pipelined-chunks": DenseTiling(b, c, 2, 1, 1, 2)}
 
 
-@pytest.mark.parametrize("name", ["no-vthread", "oc-vthreads", "batch-vthreads", "chunked-both"])
+@pytest.mark.parametrize("name", ["no-vthread", "oc-vthreads", "batch-vthreads", "chunked-both", "pipelined-chunks"])
 def test_blocked_gemm(fsim, name):
     """The original test_benchmark_gemm shape: batch = channels = block = 128, >>8, clip, int8."""
     r = run_dense(128, 128, 128, _gemm_tilings()[name], bias=False)
@@ -28,7 +29,8 @@ def test_blocked_gemm(fsim, name):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_blocked_gemm_random_interleaving(racy, seed):
     racy(seed)
-    assert run_dense(128, 128, 128, _gemm_tilings()["chunked-both"], bias=False, seed=seed).correct
+    for name in ("chunked-both", "pipelined-chunks"):
+        assert run_dense(128, 128, 128, _gemm_tilings()[name], bias=False, seed=seed).correct
 
 
 @pytest.mark.parametrize("shape", [(1, 512, 1008), (16, 256, 128), (4, 64, 96)])

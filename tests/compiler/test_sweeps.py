@@ -30,11 +30,11 @@ def _tilings(wkl, n, seed):
     env = vta.get_env()
     cib = padded_channels(wkl.in_filter, env.BLOCK_IN) // env.BLOCK_IN
     cob = wkl.out_filter // env.BLOCK_OUT
-    every = [Conv2DTiling(co, th, tw, ci, on, hn, w)
-             for co, th, tw, ci, on, hn, w in itertools.product(divisors(cob), divisors(wkl.out_height),
-                                                                divisors(wkl.out_width), divisors(cib), (1, 2),
-                                                                (1, 2), ("ko", "co"))
-             if co % on == 0 and th % hn == 0]
+    every = [Conv2DTiling(co, th, tw, ci, on, hn, w, kn)
+             for co, th, tw, ci, on, hn, w, kn in itertools.product(
+                 divisors(cob), divisors(wkl.out_height), divisors(wkl.out_width), divisors(cib), (1, 2), (1, 2),
+                 ("ko", "co"), (1, 2))
+             if co % on == 0 and th % hn == 0 and (cib // ci) % kn == 0]
     ok = [t for t in every if fits(env, wkl, t)]
     return random.Random(seed).sample(ok, min(n, len(ok)))
 
@@ -53,9 +53,10 @@ def test_many_tilings(fsim, racy, name):
 def test_dense_tilings(racy, shape):
     env = vta.get_env()
     nb, cib, cob = shape[0] // env.BATCH, shape[1] // env.BLOCK_IN, shape[2] // env.BLOCK_OUT
-    choices = [DenseTiling(b, c, i, o, h) for b, c, i, o, h in itertools.product(
-        divisors(nb), divisors(cob), divisors(cib), (1, 2), (1, 2)) if b % h == 0 and c % o == 0
-        and b * i <= env.INP_BUFF_DEPTH and c * i <= env.WGT_BUFF_DEPTH and 2 * b * c <= env.ACC_BUFF_DEPTH]
+    choices = [DenseTiling(b, c, i, o, h, k) for b, c, i, o, h, k in itertools.product(
+        divisors(nb), divisors(cob), divisors(cib), (1, 2), (1, 2), (1, 2)) if b % h == 0 and c % o == 0
+        and (cib // i) % k == 0 and b * i * k <= env.INP_BUFF_DEPTH and c * i * k <= env.WGT_BUFF_DEPTH
+        and 2 * b * c <= env.ACC_BUFF_DEPTH]
     for k, t in enumerate(random.Random(1).sample(choices, min(6, len(choices)))):
         racy(k)
         assert run_dense(*shape, tiling=t, seed=k).correct, t

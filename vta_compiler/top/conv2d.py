@@ -10,12 +10,15 @@ splits the output channels and/or the rows of a tile over virtual threads (``oc_
 weight tile, so one thread's loads overlap another's GEMMs), and walks the input channels in
 chunks of ``tile_ci`` blocks. Weights are loaded per chunk (``wgt_at="ko"``) or, when the weights
 of a whole channel tile fit the WGT buffer, once per channel tile (``wgt_at="co"``) so that they
-are not reloaded for every spatial tile. ``conv2d_tiling`` chooses all of this from the shape
+are not reloaded for every spatial tile. With ``ko_nthread=2`` two chunks are in flight (the chunk
+loop is pipelined like a virtual thread), so the next chunk loads while this one computes.
+``conv2d_tiling`` chooses all of this from the shape
 and the buffer sizes with a small cost model (DRAM traffic, exposed load latency, ALU work).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -24,6 +27,7 @@ from tvm import s_tir, te, topi
 from ..environment import Environment, get_env
 from ..transform.common import VTACompileError
 from ..transform.uop import kernel_uop_budget
+from ..transform.vthread import PIPELINE
 from .common import divisors, epilogue, find_blocks, mock_names, placeholder_reads, pragma
 
 #: weight of DRAM traffic (in bus cycles) in the tiling cost, on top of the exposed latencies
@@ -83,6 +87,7 @@ class Conv2DTiling:
     oc_nthread: int = 1     # virtual threads over the tile's output channels
     h_nthread: int = 1      # virtual threads over the tile's rows
     wgt_at: str = "ko"      # "ko": weights per input chunk; "co": once per output-channel tile
+    ko_nthread: int = 1     # input chunks in flight (2: double-buffered input/weight tiles, see vta.pipeline)
 
 
 def padded_channels(n: int, block: int) -> int:
@@ -144,10 +149,9 @@ def _sizes(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling):
     kh, kw, hs, ws = wkl.hkernel, wkl.wkernel, wkl.hstride, wkl.wstride
     th, tw = t.tile_h // t.h_nthread, t.tile_w
     th_in, tw_in = (th - 1) * hs + kh, (tw - 1) * ws + kw
-    inp = t.tile_ci * th_in * tw_in * (t.h_nthread if t.h_nthread > 1 else 1)
+    inp = t.tile_ci * th_in * tw_in * t.h_nthread * t.ko_nthread
     cib = padded_channels(wkl.in_filter, env.BLOCK_IN) // env.BLOCK_IN
-    wgt_ci = cib if t.wgt_at == "co" else t.tile_ci
-    wgt = t.tile_co * wgt_ci * kh * kw
+    wgt = t.tile_co * (cib if t.wgt_at == "co" else t.tile_ci * t.ko_nthread) * kh * kw
     acc = t.tile_co * t.tile_h * t.tile_w + t.tile_co      # accumulators + bias
     loops = sorted([t.tile_co // t.oc_nthread, th, tw, t.tile_ci, kh, kw], reverse=True)
     uops = math.prod(loops[2:])
@@ -175,8 +179,11 @@ def estimate_cycles(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling) -> f
     wgt_c = 0 if t.wgt_at == "co" else t.tile_co * t.tile_ci * kh * kw * env.WGT_ELEM_BYTES / bus
     gemm_c = t.tile_co * t.tile_h * t.tile_w * t.tile_ci * kh * kw
     threads = t.oc_nthread * t.h_nthread
-    if threads > 1:
-        tile = inp_c + wgt_c / threads + chunks * max(inp_c + wgt_c, gemm_c)
+    if t.ko_nthread > 1:          # chunks double-buffered: loads hide behind the previous chunk's GEMMs
+        tile = inp_c + wgt_c + chunks * max(inp_c + wgt_c, gemm_c)
+    elif threads > 1:             # a shared tile waits for every GEMM of the chunk; the first thread's own
+        shared = inp_c if t.h_nthread == 1 else (wgt_c if t.oc_nthread == 1 else 0.5 * max(inp_c, wgt_c))
+        tile = chunks * (shared + (inp_c + wgt_c - shared) / threads + gemm_c)     # tile waits too
     else:
         tile = chunks * (inp_c + wgt_c + gemm_c)
     acc_elems = t.tile_co * t.tile_h * t.tile_w
@@ -199,23 +206,17 @@ def conv2d_tiling(wkl: Conv2DWorkload, env: Environment | None = None) -> Conv2D
     cob = wkl.out_filter // env.BLOCK_OUT
     oh, ow = wkl.out_height, wkl.out_width
     best, best_cost = None, None
-    for oc_n in (1, 2):
-        for h_n in (1, 2):
-            for tco in divisors(cob):
-                if tco % oc_n:
-                    continue
-                for th in divisors(oh):
-                    if th % h_n:
-                        continue
-                    for tw in divisors(ow):
-                        for tci in divisors(cib):
-                            for wgt_at in ("ko", "co"):
-                                t = Conv2DTiling(tco, th, tw, tci, oc_n, h_n, wgt_at)
-                                if not fits(env, wkl, t):
-                                    continue
-                                cost = estimate_cycles(env, wkl, t)
-                                if best_cost is None or cost < best_cost:
-                                    best, best_cost = t, cost
+    for oc_n, h_n, ko_n in itertools.product((1, 2), (1, 2), (1, 2)):
+        for tco, th, tw, tci, wgt_at in itertools.product(divisors(cob), divisors(oh), divisors(ow), divisors(cib),
+                                                          ("ko", "co")):
+            if tco % oc_n or th % h_n or (cib // tci) % ko_n:
+                continue
+            t = Conv2DTiling(tco, th, tw, tci, oc_n, h_n, wgt_at, ko_n)
+            if not fits(env, wkl, t):
+                continue
+            cost = estimate_cycles(env, wkl, t)
+            if best_cost is None or cost < best_cost:
+                best, best_cost = t, cost
     if best is None:
         raise VTACompileError(f"conv2d {wkl}: no tiling fits the on-chip buffers of {env.MODEL}")
     return best
@@ -250,13 +251,15 @@ def schedule_conv2d_packed(func, tiling: Conv2DTiling | None = None, wkl: Conv2D
                         ("output columns", ow, t.tile_w), ("input channel blocks", cib, t.tile_ci)):
         if n % tl:
             raise VTACompileError(f"conv2d tiling {t}: {tl} does not divide the {n} {name}")
-    if t.tile_co % t.oc_nthread or t.tile_h % t.h_nthread:
+    if t.tile_co % t.oc_nthread or t.tile_h % t.h_nthread or (cib // t.tile_ci) % t.ko_nthread:
         raise VTACompileError(f"conv2d tiling {t}: the virtual threads must divide the tile")
     co_o, co_v, co_i = sch.split(co, [cob // t.tile_co, t.oc_nthread, t.tile_co // t.oc_nthread])
     h_o, h_v, h_i = sch.split(h, [oh // t.tile_h, t.h_nthread, t.tile_h // t.h_nthread])
     w_o, w_i = sch.split(w, [ow // t.tile_w, t.tile_w])
-    ko_o, ko_i = sch.split(ko, [cib // t.tile_ci, t.tile_ci])
-    sch.reorder(co_o, b, h_o, w_o, co_v, h_v, ko_o, co_i, h_i, w_i, ko_i, dy, dx, b_i, c_i, k_i)
+    ko_o, ko_v, ko_i = sch.split(ko, [cib // (t.tile_ci * t.ko_nthread), t.ko_nthread, t.tile_ci])
+    sch.reorder(co_o, b, h_o, w_o, co_v, h_v, ko_o, ko_v, co_i, h_i, w_i, ko_i, dy, dx, b_i, c_i, k_i)
+    if t.ko_nthread > 1:
+        sch.annotate(ko_v, PIPELINE, 1)
     attach = w_o
     if t.oc_nthread > 1:
         sch.bind(co_v, "vthread.x")
@@ -281,11 +284,11 @@ def schedule_conv2d_packed(func, tiling: Conv2DTiling | None = None, wkl: Conv2D
 
     # input and weight tiles
     inp = sch.cache_read(conv, 0, env.inp_scope)
-    sch.compute_at(inp, ko_o, preserve_unit_loops=True)
+    sch.compute_at(inp, ko_v, preserve_unit_loops=True)
     for p in pad:
         sch.compute_inline(p)
     wgt = sch.cache_read(conv, 1, env.wgt_scope)
-    sch.compute_at(wgt, co_o if t.wgt_at == "co" else ko_o, preserve_unit_loops=True)
+    sch.compute_at(wgt, co_o if t.wgt_at == "co" else ko_v, preserve_unit_loops=True)
 
     init = sch.decompose_reduction(conv, ko_o)
     if env.BATCH == 1:

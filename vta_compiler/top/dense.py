@@ -2,13 +2,14 @@
 
 data ``(N/B, CI/BI, B, BI)`` int8, weight ``(CO/BO, CI/BI, BO, BI)`` int8, result
 ``(N/B, CO/BO, B, BO)`` int32. Tiles of ``tile_b`` batch blocks x ``tile_co`` output blocks,
-input chunks of ``tile_ci`` blocks, virtual threads over the tile's output channels
-(``oc_nthread``) and/or batch (``b_nthread``). The blocked GEMM benchmark of the original
+input chunks of ``tile_ci`` blocks (``ko_nthread=2``: two chunks in flight), virtual threads over
+the tile's output channels (``oc_nthread``) and/or batch (``b_nthread``). The blocked GEMM benchmark of the original
 (``test_benchmark_gemm``) is this operator too.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from tvm import s_tir, te
@@ -16,6 +17,7 @@ from tvm import s_tir, te
 from ..environment import Environment, get_env
 from ..transform.common import VTACompileError
 from ..transform.uop import kernel_uop_budget
+from ..transform.vthread import PIPELINE
 from .common import divisors, epilogue, find_blocks, mock_names, placeholder_reads, pragma
 
 
@@ -26,6 +28,7 @@ class DenseTiling:
     tile_ci: int = 1
     oc_nthread: int = 1
     b_nthread: int = 1
+    ko_nthread: int = 1     # input chunks in flight (double-buffered tiles, see vta.pipeline)
 
 
 def dense_packed(data: te.Tensor, weight: te.Tensor, out_dtype: str = "int32", name: str = "dense") -> te.Tensor:
@@ -62,8 +65,8 @@ def dense_layer(batch: int, in_features: int, out_features: int, env: Environmen
 
 
 def _sizes(t: DenseTiling):
-    inp = t.tile_b * t.tile_ci
-    wgt = t.tile_co * t.tile_ci
+    inp = t.tile_b * t.tile_ci * t.ko_nthread
+    wgt = t.tile_co * t.tile_ci * t.ko_nthread
     acc = 2 * t.tile_b * t.tile_co
     loops = sorted([t.tile_b // t.b_nthread, t.tile_co // t.oc_nthread, t.tile_ci], reverse=True)
     return inp, wgt, acc, loops[2]
@@ -74,29 +77,33 @@ def dense_tiling(batch: int, in_features: int, out_features: int, env: Environme
     nb, cib, cob = batch // env.BATCH, in_features // env.BLOCK_IN, out_features // env.BLOCK_OUT
     bus = env.AXI_DATA_BYTES
     best, best_cost = None, None
-    for oc_n in (1, 2):
-        for b_n in (1, 2):
-            for tb in divisors(nb):
-                if tb % b_n:
-                    continue
-                for tco in divisors(cob):
-                    if tco % oc_n:
-                        continue
-                    for tci in divisors(cib):
-                        t = DenseTiling(tb, tco, tci, oc_n, b_n)
-                        inp, wgt, acc, uops = _sizes(t)
-                        if inp > env.INP_BUFF_DEPTH or wgt > env.WGT_BUFF_DEPTH or acc > env.ACC_BUFF_DEPTH or \
-                                uops > kernel_uop_budget(env):
-                            continue
-                        chunks = cib // tci
-                        load_c = (inp * env.INP_ELEM_BYTES + wgt * env.WGT_ELEM_BYTES) / bus
-                        gemm_c = tb * tco * tci
-                        threads = oc_n * b_n
-                        tile = load_c + chunks * max(load_c, gemm_c) if threads > 1 else chunks * (load_c + gemm_c)
-                        tile += 4 * tb * tco / threads + 40
-                        cost = (nb // tb) * (cob // tco) * tile
-                        if best_cost is None or cost < best_cost:
-                            best, best_cost = t, cost
+    for oc_n, b_n, ko_n in itertools.product((1, 2), (1, 2), (1, 2)):
+        for tb, tco, tci in itertools.product(divisors(nb), divisors(cob), divisors(cib)):
+            if tb % b_n or tco % oc_n or (cib // tci) % ko_n:
+                continue
+            t = DenseTiling(tb, tco, tci, oc_n, b_n, ko_n)
+            inp, wgt, acc, uops = _sizes(t)
+            if inp > env.INP_BUFF_DEPTH or wgt > env.WGT_BUFF_DEPTH or acc > env.ACC_BUFF_DEPTH or \
+                    uops > kernel_uop_budget(env):
+                continue
+            chunks = cib // tci
+            inp_c = tb * tci * env.INP_ELEM_BYTES / bus
+            wgt_c = tco * tci * env.WGT_ELEM_BYTES / bus
+            gemm_c = tb * tco * tci
+            threads = oc_n * b_n
+            if ko_n > 1:
+                tile = inp_c + wgt_c + chunks * max(inp_c + wgt_c, gemm_c)
+            elif threads > 1:
+                shared = inp_c if b_n == 1 else (wgt_c if oc_n == 1 else 0.5 * max(inp_c, wgt_c))
+                tile = chunks * (shared + (inp_c + wgt_c - shared) / threads + gemm_c)
+            else:
+                tile = chunks * (inp_c + wgt_c + gemm_c)
+            tile += 4 * tb * tco / threads + 40
+            n_tiles = (nb // tb) * (cob // tco)
+            traffic = n_tiles * chunks * (inp_c + wgt_c)
+            cost = n_tiles * tile + 0.5 * traffic
+            if best_cost is None or cost < best_cost:
+                best, best_cost = t, cost
     if best is None:
         raise VTACompileError(f"dense {batch}x{in_features}->{out_features}: no tiling fits {env.MODEL}")
     return best
@@ -120,12 +127,14 @@ def schedule_dense_packed(func, tiling: DenseTiling | None = None, env: Environm
                         ("input blocks", cib, t.tile_ci)):
         if n % tl:
             raise VTACompileError(f"dense tiling {t}: {tl} does not divide the {n} {name}")
-    if t.tile_b % t.b_nthread or t.tile_co % t.oc_nthread:
+    if t.tile_b % t.b_nthread or t.tile_co % t.oc_nthread or (cib // t.tile_ci) % t.ko_nthread:
         raise VTACompileError(f"dense tiling {t}: the virtual threads must divide the tile")
     b_o, b_v, b_ii = sch.split(b, [nb // t.tile_b, t.b_nthread, t.tile_b // t.b_nthread])
     co_o, co_v, co_i = sch.split(co, [cob // t.tile_co, t.oc_nthread, t.tile_co // t.oc_nthread])
-    ko_o, ko_i = sch.split(ko, [cib // t.tile_ci, t.tile_ci])
-    sch.reorder(b_o, co_o, b_v, co_v, ko_o, b_ii, co_i, ko_i, b_i, c_i, k_i)
+    ko_o, ko_v, ko_i = sch.split(ko, [cib // (t.tile_ci * t.ko_nthread), t.ko_nthread, t.tile_ci])
+    sch.reorder(b_o, co_o, b_v, co_v, ko_o, ko_v, b_ii, co_i, ko_i, b_i, c_i, k_i)
+    if t.ko_nthread > 1:
+        sch.annotate(ko_v, PIPELINE, 1)
     attach = co_v
     if t.b_nthread > 1:
         sch.bind(b_v, "vthread.y")
@@ -141,9 +150,9 @@ def schedule_dense_packed(func, tiling: DenseTiling | None = None, env: Environm
         sch.compute_at(cb, attach, preserve_unit_loops=True)
         pragma(sch, sch.get_loops(cb)[-4], dma_copy)
     inp = sch.cache_read(dense, 0, env.inp_scope)
-    sch.compute_at(inp, ko_o, preserve_unit_loops=True)
+    sch.compute_at(inp, ko_v, preserve_unit_loops=True)
     wgt = sch.cache_read(dense, 1, env.wgt_scope)
-    sch.compute_at(wgt, ko_o, preserve_unit_loops=True)
+    sch.compute_at(wgt, ko_v, preserve_unit_loops=True)
     init = sch.decompose_reduction(dense, ko_o)
     if env.BATCH == 1:
         sch.tensorize(sch.get_loops(init)[-1], gemm_reset)

@@ -12,6 +12,10 @@ iterations interleaved, statement by statement:
   the same for every thread, so it is *shared* and written once (for example the input tile when
   the threads split the output channels).
 
+A loop annotated ``vta.pipeline`` (the schedules use it on the input-channel chunks of a tile) is
+treated the same way: its iterations only add into accumulators allocated outside it, which is
+order-independent, so interleaving two chunks double-buffers their input and weight tiles.
+
 The dependency-token pass afterwards sees distinct buffers per thread, so the tokens let load,
 compute and store of different threads overlap, and the memory planner gives each copy its own
 SRAM region.
@@ -34,6 +38,10 @@ from .common import (
     seq,
     substitute,
 )
+
+#: loop annotation: interleave this loop's iterations like a virtual thread (for a reduction loop whose
+#: iterations only accumulate into shared accumulators: their order does not matter)
+PIPELINE = "vta.pipeline"
 
 
 def _vars_in(node) -> set:
@@ -62,18 +70,16 @@ def _clone(buf, suffix: str):
                             data_alignment=int(t.data_alignment) if t.data_alignment else -1)
 
 
-def inject_one(attr: AttrStmt, env: Environment) -> tirx.Stmt:
-    iv = attr.node
-    v = iv.var
-    n = const_int(attr.value, f"virtual thread {v} extent")
-    allocs = collect_allocs(attr.body, env)
+def inject_one(v, extent, body, env: Environment) -> tirx.Stmt:
+    n = const_int(extent, f"virtual thread {v} extent")
+    allocs = collect_allocs(body, env)
     alloc_bufs = [a.buffer for a in allocs]
 
     def drop_allocs(s):
         if any(isinstance(c, tirx.AllocBuffer) and c.buffer in alloc_bufs for c in s.seq):
             return seq([c for c in s.seq if not (isinstance(c, tirx.AllocBuffer) and c.buffer in alloc_bufs)])
         return s
-    body = tvm_ffi.structural_map(attr.body, (SeqStmt, drop_allocs), order="post")
+    body = tvm_ffi.structural_map(body, (SeqStmt, drop_allocs), order="post")
 
     leaves = []
     _leaves(body, env, leaves)
@@ -126,6 +132,13 @@ def inject_one(attr: AttrStmt, env: Environment) -> tirx.Stmt:
 def inject_virtual_threads(func, env: Environment):
     def on_attr(a):
         if a.attr_key == "virtual_thread":
-            return inject_one(a, env)
+            return inject_one(a.node.var, a.value, a.body, env)
         return a
-    return func.with_body(tvm_ffi.structural_map(func.body, (AttrStmt, on_attr), order="post"))
+
+    def on_for(f):
+        if PIPELINE in f.annotations:
+            if const_int(f.min, f"pipelined loop {f.loop_var} start") != 0:
+                raise VTACompileError(f"pipelined loop {f.loop_var} must start at 0")
+            return inject_one(f.loop_var, f.extent, f.body, env)
+        return f
+    return func.with_body(tvm_ffi.structural_map(func.body, [(AttrStmt, on_attr), (For, on_for)], order="post"))
