@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import numpy as np
@@ -178,3 +179,18 @@ def test_runtime_array_round_trip(fsim):
     t = tvm.runtime.tensor(x, device=tvm.ext_dev(0))
     assert t.device.dlpack_device_type() == 12 if hasattr(t.device, "dlpack_device_type") else True
     np.testing.assert_array_equal(t.numpy(), x)
+
+
+def test_kernel_signature_for_a_loop_variable(fsim):
+    """With the weights of a channel tile resident (wgt_at="co"), the GEMM kernel's weight indices depend on
+    the input-chunk loop: that variable becomes the kernel's cache signature (one kernel per value)."""
+    from vta_compiler.testing.layers import run_conv2d
+    from vta_compiler.top import Conv2DTiling, Conv2DWorkload, conv2d_layer, schedule_conv2d_packed
+    wkl = Conv2DWorkload(1, 8, 8, 32, 32, 3, 3, 1, 1, 1, 1)
+    t = Conv2DTiling(2, 4, 4, 1, 2, 1, "co")
+    text = vta.lower(schedule_conv2d_packed(conv2d_layer(wkl), t))["main"].script()
+    assert re.search(r'UopKernelBegin", vta_kernel_\d+, ko_\d+\)', text), text
+    r = run_conv2d(wkl, t)
+    assert r.correct
+    keys = [k for k in vta_runtime.command_handle().kernels]
+    assert len({sig for _, sig in keys}) == 2        # signatures 0 and 1 (two input chunks)

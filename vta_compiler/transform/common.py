@@ -33,8 +33,6 @@ DMA_PRAGMA = "pragma_dma_copy"
 ALU_PRAGMA = "pragma_alu"
 SKIP_DMA_PRAGMA = "pragma_skip_dma_copy"
 SKIP_ALU_PRAGMA = "pragma_skip_alu"
-#: attribute left on a lowered leaf so later passes still know what it was
-LOWERED = "vta.lowered"
 #: AllocBuffer annotation holding the SRAM element index assigned by PlanMemory
 SRAM_BASE = "vta.sram_base"
 
@@ -72,17 +70,8 @@ def seq(stmts: Iterable[tirx.Stmt]) -> tirx.Stmt:
     return out[0] if len(out) == 1 else SeqStmt(out)
 
 
-def flatten(stmt: tirx.Stmt) -> list[tirx.Stmt]:
-    if isinstance(stmt, SeqStmt):
-        out = []
-        for s in stmt.seq:
-            out.extend(flatten(s))
-        return out
-    return [stmt]
 
 
-def is_noop(stmt: tirx.Stmt) -> bool:
-    return isinstance(stmt, Evaluate) and isinstance(stmt.value, tirx.IntImm)
 
 
 def with_body(stmt, body):
@@ -143,8 +132,6 @@ def scope_label(scope: str, env: Environment) -> str:
     return {env.inp_scope: "INP", env.wgt_scope: "WGT", env.acc_scope: "ACC"}.get(scope, "DRAM")
 
 
-def buffer_dtype(buf) -> str:
-    return str(buf.ty.dtype)
 
 
 def buffer_numel(buf) -> int:
@@ -319,7 +306,3 @@ def sram_plan(body, env: Environment) -> dict:
             plan[a.buffer] = int(a.annotations[SRAM_BASE])
     return plan
 
-
-def current_env() -> Environment:
-    from ..environment import get_env
-    return get_env()

@@ -9,8 +9,9 @@ pushes of a queue are in the same program order as the pops they pair with.
 
 The pass works on the program after virtual-thread interleaving, where every leaf (DMA nest,
 ALU nest, uop kernel) has a stage and reads/writes known on-chip buffers. A dependency is a
-read-after-write, write-after-read or write-after-write on one buffer between leaves of two
-connected stages. Within each statement sequence, items (leaves, or whole loops summarised by all
+read-after-write, write-after-read or write-after-write on one piece of SRAM storage (buffers that
+PlanMemory placed on overlapping ranges count as one) between leaves of two connected stages.
+Within each statement sequence, items (leaves, or whole loops summarised by all
 the stages and buffers they touch) are scanned in order; for a consumer, the latest conflicting
 producer of each other stage is found, and a pair is added unless an earlier pair of that queue
 already covers it (its producer is at or after this one: both stages run in order). Pushes and
@@ -21,6 +22,10 @@ iteration (a write-after-read on a tile buffer, say) become *carried* pairs, pop
 and pushed later in the body; one token is pushed before the loop for the first iteration and
 popped after it for the last one. With private buffers per virtual thread, these carried pairs
 are what lets thread 1 load while thread 0 computes.
+
+An item that has tokens of its own inside (a loop) must not be spanned by a pair of the same
+queue, or the counts would pair up across it: before such an item the queue is brought up to date
+with every producer that a later consumer could need.
 """
 
 from __future__ import annotations
