@@ -110,6 +110,9 @@ def _run_tsim(workloads: dict, env) -> dict:
             r = run_conv2d(wkl, name=name)
         finally:
             vta_runtime.set_command_queue(None)
+            close = getattr(dev, "close", None)
+            if close:
+                close()
         cycles = r.stats.get("cycle_count")
         eff = r.macs / cycles / (env.BATCH * env.BLOCK_IN * env.BLOCK_OUT) if cycles else None
         out[name] = {"correct": r.correct, "cycles": cycles, "macs_per_cycle_over_peak": eff,

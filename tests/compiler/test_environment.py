@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -84,5 +86,23 @@ def test_other_configurations(changes):
             c = run_conv2d(Conv2DWorkload(2 * b, 6, 6, 2 * blk, 4 * blk, 3, 3, 1, 1, 1, 1),
                            Conv2DTiling(4, 6, 3, 1, 2, 1))
             assert c.correct, np.count_nonzero(c.output != c.expected)
+        finally:
+            vta_runtime.set_command_queue(None)
+
+
+def test_small_uop_buffer_moves_loops_to_the_host():
+    """A GEMM nest whose unrolled uops exceed the kernel budget leaves its outer loop to the host; that loop's
+    variable becomes the kernel's signature (G15: one variable)."""
+    import vta_compiler.top as top
+    cfg = vta.get_env().config.replace(LOG_UOP_BUFF_SIZE=9)          # 128 uops
+    with vta.Environment(cfg) as env:
+        wkl = Conv2DWorkload(1, 8, 8, 2 * env.BLOCK_IN, 2 * env.BLOCK_OUT, 3, 3, 1, 1, 1, 1)
+        t = Conv2DTiling(2, 4, 4, 2, 1, 1)
+        text = vta.lower(top.schedule_conv2d_packed(top.conv2d_layer(wkl), t))["main"].script()
+        assert re.search(r"for (co_\d+) in range\(2\):\s+vta_kernel_\d+: .*\s+if T.call_packed\("
+                         r"\"vta.runtime.UopKernelBegin\", vta_kernel_\d+, \1\)", text), text
+        vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice(cfg)))
+        try:
+            assert run_conv2d(wkl, t).correct
         finally:
             vta_runtime.set_command_queue(None)

@@ -119,6 +119,8 @@ def _element_dims(what, loops, exprs, lanes_list, ana):
     coeffs = [linear_coeffs(e, vars_, what) for e in exprs]
     dims = []
     for i, lp in enumerate(loops):
+        if const_int(lp.min, f"{what}: start of loop {lp.loop_var}") != 0:
+            raise VTACompileError(f"{what}: loop {lp.loop_var} does not start at 0")
         ext = const_int(lp.extent, f"{what}: extent of loop {lp.loop_var}")
         cs = []
         for co, lanes, name in zip(coeffs, lanes_list, ("dst", "src", "wgt")):
