@@ -1,4 +1,4 @@
-"""Sessions: tests, demo, lint, bench, synth, fuzz, verilog (see README)."""
+"""Sessions: tests, demo, lint, bench, sweeps, synth, fuzz, verilog (see README)."""
 
 import nox
 
@@ -32,6 +32,13 @@ def demo(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     session.install("ruff==0.17.6")
     session.run("ruff", "check", ".")
+
+
+@nox.session
+def sweeps(session: nox.Session) -> None:
+    """Slow compiler sweeps: every ResNet-18 layer under random interleavings, many tilings (~2 minutes)."""
+    _install(session)
+    session.run("pytest", "-q", "tests/compiler/test_sweeps.py", *session.posargs, env={"VTA_SWEEPS": "1"})
 
 
 @nox.session

@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 
-from . import fsim_bench, tsim_bench
+from . import compiler_bench, fsim_bench, tsim_bench
 from .common import write_results
 
-SECTIONS = {"fsim": fsim_bench.run, "tsim": tsim_bench.run}
+SECTIONS = {"fsim": fsim_bench.run, "tsim": tsim_bench.run, "compiler": compiler_bench.run}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="smaller problems (for CI smoke runs)")
     p.add_argument("--only", choices=sorted(SECTIONS), action="append", help="run only these sections")
+    p.add_argument("--tsim", action="store_true", help="also run the larger workloads on tsim (when available)")
     args = p.parse_args(argv)
     results = {}
     for name, fn in SECTIONS.items():
         if args.only and name not in args.only:
             continue
         print(f"== {name} ==")
-        results[name] = fn(quick=args.quick)
+        extra = {"tsim": args.tsim} if "tsim" in inspect.signature(fn).parameters else {}
+        results[name] = fn(quick=args.quick, **extra)
     path = write_results(results)
     print(f"results written to {path}")
     return 0

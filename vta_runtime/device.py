@@ -45,6 +45,26 @@ class Device(Protocol):
         """Reset every counter to zero."""
 
 
+def host_window(device: Device) -> tuple[int, int]:
+    """(host address, size) of the device's physical memory as mapped into this process.
+
+    Physical address ``p`` is at host address ``base + p``. A device provides this by a
+    ``host_window()`` method (a board driver: its contiguous-memory mapping); devices that keep
+    their memory in a ``SimulatedDram`` (``device.dram``, fsim and tsim) need nothing more.
+    Compiled code hands DRAM tensors to the runtime as host data pointers, translated here.
+    """
+    fn = getattr(device, "host_window", None)
+    if fn is not None:
+        return fn()
+    dram = getattr(device, "dram", None)
+    data = getattr(dram, "data", None)
+    if isinstance(data, np.ndarray):
+        return int(data.ctypes.data), int(data.nbytes)
+    from .errors import RuntimeUsageError
+    raise RuntimeUsageError(f"device {type(device).__name__} does not map its memory into this process "
+                            "(it has neither host_window() nor a SimulatedDram .dram)")
+
+
 def open_device(config: Config | dict[str, Any] | str | None = None, **kwargs: Any) -> Device:
     """Open the device that the config's TARGET names (sim -> fsim, tsim -> Verilated core, boards -> driver)."""
     cfg = load_config(config)

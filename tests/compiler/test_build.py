@@ -1,0 +1,196 @@
+"""build_config / lower / build, the registered "vta" pipeline, debug dumps, and cross-compiling for boards."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import numpy as np
+import pytest
+import tvm
+from tvm import tirx
+
+import vta_compiler as vta
+import vta_runtime
+from vta_compiler.testing.layers import run_dense
+from vta_compiler.top import DenseTiling, dense_layer, schedule_dense_packed
+
+from .programs import elementwise, on_device, run
+
+
+def _small(env):
+    return elementwise(env, (2, 3, env.BATCH, env.BLOCK_OUT), [lambda x, _: (lambda *i: x(*i) >> 1)])
+
+
+def test_pipeline_is_registered_by_name(fsim):
+    """tvm.tirx.build(..., pipeline="vta") and tvm.compile(..., tir_pipeline="vta") use the VTA passes."""
+    env = vta.get_env()
+    sch, shape = _small(env)
+    a = np.arange(np.prod(shape), dtype=np.int32).reshape(shape)
+    with vta.build_config():
+        m1 = tvm.tirx.build(sch.mod, target=env.target, pipeline="vta")
+        m2 = tvm.compile(sch.mod, target=env.target, tir_pipeline="vta")
+    for m in (m1, m2):
+        np.testing.assert_array_equal(run(m, [a], shape), (a >> 1).astype(np.int8))
+
+
+def test_build_config_passes_kwargs_through(fsim):
+    """disabled_pass reaches the PassContext: without dependency tokens, FORCE_SERIAL still gives right results."""
+    env = vta.get_env()
+    seen = []
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="probe")
+    def probe(func, mod, ctx):
+        seen.append(func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else "?")
+        return func
+
+    ctx = vta.build_config(debug_flag=env.DEBUG_FORCE_SERIAL, opt_level=3, disabled_pass=["vta.InjectDepTokens"],
+                           config={"tirx.add_lower_pass": [(1, probe)], "tirx.disable_vectorize": True})
+    assert ctx.opt_level == 3
+    assert "vta.InjectDepTokens" in list(ctx.disabled_pass)
+    assert len(ctx.config["tirx.add_lower_pass"]) == 2       # the user's pass and the debug prologue
+    r = run_dense(16, 32, 32, DenseTiling(16 // env.BATCH, 2, 1, 2, 1), bias=False, debug_flag=env.DEBUG_FORCE_SERIAL,
+                  build_kwargs={"disabled_pass": ["vta.InjectDepTokens"],
+                                "config": {"tirx.add_lower_pass": [(1, probe)]}})
+    assert r.correct and seen
+
+
+def test_lower_and_build_respect_an_active_config():
+    """G11: an active build_config is kept (the original looked for the wrong key and replaced it)."""
+    env = vta.get_env()
+    sch, _ = _small(env)
+    with vta.build_config(debug_flag=env.DEBUG_DUMP_INSN):
+        text = vta.lower(sch)["main"].script()
+    assert "vta.runtime.SetDebugMode" in text
+    assert "vta.runtime.SetDebugMode" not in vta.lower(sch)["main"].script()
+
+
+def test_debug_dump_insn_and_uop(fsim, capsys):
+    env = vta.get_env()
+    sch, shape = _small(env)
+    a = np.ones(shape, np.int32) * 6
+    with vta.build_config(debug_flag=env.DEBUG_DUMP_INSN | env.DEBUG_DUMP_UOP):
+        m = vta.build(sch)
+    run(m, [a], shape)
+    out = capsys.readouterr().out
+    assert "VTA instruction stream:" in out
+    assert "FINISH" in out and "ALU" in out
+    assert "uop kernel" in out and "SHR" not in out.split("uop kernel")[0]
+    # the flags are cleared after the kernel: a second module without the flag prints nothing
+    run(vta.build(sch), [a], shape)
+    assert "VTA instruction stream" not in capsys.readouterr().out
+
+
+def test_kernels_are_recorded_once_and_reused(fsim):
+    env = vta.get_env()
+    func = dense_layer(16, 64, 64)
+    m = vta.build(schedule_dense_packed(func, DenseTiling(16 // env.BATCH, 4, 2, 2, 1)))
+    rng = np.random.default_rng(0)
+    args = on_device(rng.integers(-9, 9, (16 // env.BATCH, 4, env.BATCH, 16), dtype=np.int8),
+                     rng.integers(-9, 9, (4, 4, 16, 16), dtype=np.int8),
+                     np.zeros((16 // env.BATCH, 4, env.BATCH, 16), np.int32))
+    out = tvm.runtime.empty((16 // env.BATCH, 4, env.BATCH, 16), "int8", device=tvm.ext_dev(0))
+    m(*args, out)
+    cq = vta_runtime.command_handle()
+    n = len(cq.kernels)
+    first = out.numpy().copy()
+    m(*args, out)
+    assert len(cq.kernels) == n
+    np.testing.assert_array_equal(out.numpy(), first)
+
+
+def test_same_module_on_another_device():
+    """The compiled module calls the runtime, so it runs on whichever device the command queue holds."""
+    from sim.fsim import FsimDevice
+    env = vta.get_env()
+    sch, shape = _small(env)
+    m = vta.build(sch)
+    a = np.arange(np.prod(shape), dtype=np.int32).reshape(shape) - 20
+    try:
+        for _ in range(2):
+            vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice()))
+            np.testing.assert_array_equal(run(m, [a], shape), (a >> 1).astype(np.int8))
+    finally:
+        vta_runtime.set_command_queue(None)
+
+
+def test_tensor_of_another_device_is_refused(fsim):
+    from sim.fsim import FsimDevice
+    env = vta.get_env()
+    sch, shape = _small(env)
+    m = vta.build(sch)
+    a = on_device(np.zeros(shape, np.int32))[0]
+    out = tvm.runtime.empty(shape, "int8", device=tvm.ext_dev(0))
+    vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice()))
+    with pytest.raises(Exception, match=r"is not device memory of the current VTA device"):
+        m(a, out)
+
+
+@pytest.mark.parametrize("target,machine", [("pynq", "ARM"), ("ultra96", "AArch64")])
+def test_cross_compile_for_boards(tmp_path, target, machine):
+    """Pynq: ARMv7 hard-float (Cortex-A9); Ultra96: AArch64; dict-form host targets."""
+    env0 = vta.get_env()
+    with vta.Environment(env0.config.replace(TARGET=target)) as env:
+        sch, _ = _small(env)
+        m = vta.build(sch)
+    obj = tmp_path / "k.o"
+    m.write_to_file(str(obj))
+    head = obj.read_bytes()[:20]
+    assert head[:4] == b"\x7fELF"
+    e_machine = int.from_bytes(head[18:20], "little")
+    assert e_machine == {"ARM": 40, "AArch64": 183}[machine]
+    readelf = subprocess.run(["readelf", "-A", str(obj)], capture_output=True, text=True) if target == "pynq" \
+        else None
+    if readelf is not None and readelf.returncode == 0:
+        assert "VFP registers" in readelf.stdout    # hard-float calling convention
+
+
+def test_testing_run_and_simulator_stats(tmp_path):
+    """vta.testing.run picks the device from env.TARGET and hands fn a (local) RPC session, used as for a board:
+    export the module, upload, load it remotely, run on the remote ext_dev; then stats/clear_stats."""
+    from vta_compiler.testing import simulator
+
+    def check(env, remote):
+        sch, shape = _small(env)
+        vta.build(sch).export_library(str(tmp_path / "kernel.so"))
+        remote.upload(str(tmp_path / "kernel.so"))
+        m = remote.load_module("kernel.so")
+        dev = remote.ext_dev(0)
+        a = np.arange(np.prod(shape), dtype=np.int32).reshape(shape)
+        x = tvm.runtime.tensor(a, device=dev)
+        out = tvm.runtime.empty(shape, "int8", device=dev)
+        simulator.clear_stats()
+        m(x, out)
+        np.testing.assert_array_equal(out.numpy(), (a >> 1).astype(np.int8))
+        return simulator.stats()
+
+    try:
+        stats = vta.testing.run(check)
+    finally:
+        vta_runtime.set_command_queue(None)
+    assert stats["alu_counter"] == 6 and stats["out_store_nbytes"] == 6 * 16 * vta.get_env().BATCH
+    assert vta.testing.simulator.enabled()
+
+
+def test_runtime_array_round_trip(fsim):
+    """The original test_runtime_array: an int8 tensor to ext_dev and back."""
+    env = vta.get_env()
+    x = np.random.default_rng(9).integers(-128, 128, (100, 100, env.BATCH, env.BLOCK_OUT), dtype=np.int8)
+    t = tvm.runtime.tensor(x, device=tvm.ext_dev(0))
+    assert t.device.dlpack_device_type() == 12 if hasattr(t.device, "dlpack_device_type") else True
+    np.testing.assert_array_equal(t.numpy(), x)
+
+
+def test_kernel_signature_for_a_loop_variable(fsim):
+    """With the weights of a channel tile resident (wgt_at="co"), the GEMM kernel's weight indices depend on
+    the input-chunk loop: that variable becomes the kernel's cache signature (one kernel per value)."""
+    from vta_compiler.testing.layers import run_conv2d
+    from vta_compiler.top import Conv2DTiling, Conv2DWorkload, conv2d_layer, schedule_conv2d_packed
+    wkl = Conv2DWorkload(1, 8, 8, 32, 32, 3, 3, 1, 1, 1, 1)
+    t = Conv2DTiling(2, 4, 4, 1, 2, 1, "co")
+    text = vta.lower(schedule_conv2d_packed(conv2d_layer(wkl), t))["main"].script()
+    assert re.search(r'UopKernelBegin", vta_kernel_\d+, ko_\d+\)', text), text
+    r = run_conv2d(wkl, t)
+    assert r.correct
+    keys = [k for k in vta_runtime.command_handle().kernels]
+    assert len({sig for _, sig in keys}) == 2        # signatures 0 and 1 (two input chunks)

@@ -1,0 +1,61 @@
+// The `ext_dev` DeviceAPI of VTA (TVM device type 12), built on first use by vta_compiler.ext_dev.
+//
+// Tensors on ext_dev live in VTA device memory. Allocation is delegated to the Python runtime
+// (global functions vta.runtime.HostAlloc / HostFree), which allocates physical memory on the
+// current device and returns its *host* address: the device's memory is mapped into this process
+// (the simulated DRAM arena of fsim/tsim, or a board's contiguous-memory mapping), so a data
+// pointer is an ordinary CPU pointer and copies are memcpy. The runtime translates data pointers
+// back to physical addresses when compiled code passes them to LoadBuffer2D / StoreBuffer2D.
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/reflection/registry.h>
+#include <tvm/runtime/device_api.h>
+
+#include <cstring>
+
+namespace {
+using namespace tvm;
+using namespace tvm::runtime;
+
+ffi::Function Need(const char* name) {
+  auto f = ffi::Function::GetGlobal(name);
+  if (!f.has_value()) {
+    TVM_FFI_THROW(RuntimeError) << "VTA ext_dev: global function " << name
+                                << " is not registered (import vta_compiler first)";
+  }
+  return *f;
+}
+
+class VTADeviceAPI final : public DeviceAPI {
+ public:
+  void SetDevice(Device) final {}
+  void GetAttr(Device, DeviceAttrKind kind, ffi::Any* rv) final {
+    if (kind == kExist) *rv = 1;
+  }
+  void* AllocDataSpace(Device, size_t nbytes, size_t, DLDataType) final {
+    int64_t addr = Need("vta.runtime.HostAlloc")(static_cast<int64_t>(nbytes)).cast<int64_t>();
+    return reinterpret_cast<void*>(addr);
+  }
+  void FreeDataSpace(Device, void* ptr) final {
+    Need("vta.runtime.HostFree")(reinterpret_cast<int64_t>(ptr));
+  }
+  void StreamSync(Device, TVMStreamHandle) final {}
+  bool SupportsDevicePointerArithmeticsOnHost() final { return true; }
+  static VTADeviceAPI* Global() {
+    static auto* inst = new VTADeviceAPI();
+    return inst;
+  }
+
+ protected:
+  void CopyDataFromTo(const void* from, size_t from_offset, void* to, size_t to_offset, size_t size,
+                      Device, Device, DLDataType, TVMStreamHandle) final {
+    std::memmove(static_cast<char*>(to) + to_offset, static_cast<const char*>(from) + from_offset, size);
+  }
+};
+}  // namespace
+
+TVM_FFI_STATIC_INIT_BLOCK() {
+  namespace refl = tvm::ffi::reflection;
+  refl::GlobalDef().def_packed("device_api.ext_dev", [](tvm::ffi::PackedArgs, tvm::ffi::Any* rv) {
+    *rv = static_cast<void*>(VTADeviceAPI::Global());
+  });
+}

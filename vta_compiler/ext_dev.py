@@ -1,0 +1,82 @@
+"""Build (once, cached) and load the ``ext_dev`` DeviceAPI plugin (``ext_dev.cc``).
+
+The plugin is compiled with the system C++ compiler against the headers of the installed
+apache-tvm / apache-tvm-ffi wheels, cached under ``build/ext_dev/<hash>/`` (or
+``$VTA_CACHE_DIR``) keyed by the source, the compiler command and the TVM versions, and loaded
+with RTLD_GLOBAL so that TVM finds ``device_api.ext_dev``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("ext_dev.cc")
+_lib: ctypes.CDLL | None = None
+
+
+class ExtDevBuildError(RuntimeError):
+    """The ext_dev plugin could not be compiled."""
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("VTA_CACHE_DIR")
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parent.parent
+    if (repo / "pyproject.toml").exists() and os.access(repo, os.W_OK):
+        return repo / "build"
+    return Path.home() / ".cache" / "vta-py"
+
+
+def _command(out: Path) -> list[str]:
+    import tvm
+    import tvm_ffi
+    tvm_dir = Path(tvm.__file__).parent
+    ffi_dir = Path(tvm_ffi.__file__).parent
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or "c++"
+    return [cxx, "-std=c++17", "-O2", "-shared", "-fPIC", str(SOURCE), "-o", str(out),
+            f"-I{tvm_dir / 'include'}", f"-I{ffi_dir / 'include'}",
+            f"-L{tvm_dir / 'lib'}", "-ltvm_runtime", f"-L{ffi_dir / 'lib'}", "-ltvm_ffi",
+            f"-Wl,-rpath,{tvm_dir / 'lib'}:{ffi_dir / 'lib'}"]
+
+
+def library_path() -> Path:
+    """The plugin's path, compiling it first if the cache has no build for this source and TVM."""
+    import tvm
+    import tvm_ffi
+    probe = _command(Path("OUT"))
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), *probe, tvm.__version__,
+                                    tvm_ffi.__version__]).encode()).hexdigest()[:16]
+    path = cache_dir() / "ext_dev" / key / "libvta_ext_dev.so"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        tmp_out = Path(tmp) / path.name
+        cmd = _command(tmp_out)
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as exc:
+            raise ExtDevBuildError(f"cannot run the C++ compiler {cmd[0]!r} to build the VTA ext_dev plugin: "
+                                   f"{exc}") from None
+        if res.returncode != 0:
+            raise ExtDevBuildError("building the VTA ext_dev plugin failed:\n" + " ".join(cmd) + "\n" +
+                                   res.stderr[-4000:])
+        os.replace(tmp_out, path)   # atomic: concurrent builders never see a half-written file
+    return path
+
+
+def load() -> ctypes.CDLL:
+    """Load the plugin (once per process); afterwards ``tvm.ext_dev(0)`` tensors can be allocated."""
+    global _lib
+    if _lib is None:
+        from vta_runtime import tvm_bridge
+        tvm_bridge.register()
+        _lib = ctypes.CDLL(str(library_path()), mode=ctypes.RTLD_GLOBAL)
+    return _lib
