@@ -65,12 +65,15 @@ class _Gen:
         self.q = InsnQueue(self.isa)
         self.alloc = alloc
         lanes_in, lanes_out = cfg.BATCH * cfg.BLOCK_IN, cfg.BATCH * cfg.BLOCK_OUT
-        # small regions so that hazards are frequent
-        self.R = {"inp": min(48, cfg.INP_BUFF_DEPTH), "wgt": min(24, cfg.WGT_BUFF_DEPTH),
-                  "acc": min(48, cfg.ACC_BUFF_DEPTH), "uop": min(96, cfg.UOP_BUFF_DEPTH)}
+        # small regions so that hazards are frequent; one program in five is "big": long rows that
+        # cross 4 KiB pages and need several bursts, long uop kernels and many loop iterations
+        self.big = rnd.random() < 0.2
+        k = 12 if self.big else 1
+        self.R = {"inp": min(48 * k, cfg.INP_BUFF_DEPTH), "wgt": min(24 * (2 if self.big else 1), cfg.WGT_BUFF_DEPTH),
+                  "acc": min(48 * k, cfg.ACC_BUFF_DEPTH), "uop": min(96 * (4 if self.big else 1), cfg.UOP_BUFF_DEPTH)}
         self.buffers = []
         nprng = np.random.default_rng(rnd.randrange(1 << 30))
-        self.inp_n, self.wgt_n, self.acc_n = 256, 64, 256
+        self.inp_n, self.wgt_n, self.acc_n = 256 * k, 64 * (2 if self.big else 1), 256 * k
         self.inp_buf = self._buffer(nprng.integers(-128, 128, (self.inp_n, lanes_in), dtype=np.int8))
         self.wgt_buf = self._buffer(nprng.integers(-128, 128, (self.wgt_n, cfg.BLOCK_OUT * cfg.BLOCK_IN),
                                                    dtype=np.int8))
@@ -82,7 +85,7 @@ class _Gen:
         self.uops = [(0, 0, 0)] + [self._random_uop() for _ in range(self.uop_n - 1)]   # uop 0 serves dump_acc
         self.uop_buf = self._buffer(np.array([self.isa.uop.encode(dst_idx=d, src_idx=s, wgt_idx=w)
                                               for d, s, w in self.uops], np.uint32))
-        self.out_n = 512
+        self.out_n = 512 * (4 if self.big else 1)
         self.out_phys = alloc(self.out_n * cfg.OUT_ELEM_BYTES)
         self.buffers.append((self.out_phys, np.zeros(self.out_n * cfg.OUT_ELEM_BYTES, np.uint8)))
         self.uop_sram: dict[int, tuple[int, int, int]] = {}
@@ -126,9 +129,12 @@ class _Gen:
         r, cfg = self.rnd, self.cfg
         mt = {"inp": MemType.INP, "wgt": MemType.WGT, "acc": MemType.ACC, "uop": MemType.UOP}[kind]
         y, x = r.randrange(0, 4), r.randrange(1, 5)
+        if self.big and r.random() < 0.5:
+            x = r.randrange(1, max(self.R[kind] // 2, 2))
+            y = r.randrange(1, 3)
         if kind == "uop":
             y = r.randrange(1, 3)
-            x = r.randrange(1, 17)
+            x = r.randrange(1, 17 if not self.big else 120)
         pads = self._pads(kind != "uop")
         blk = self._block(kind, y, x, pads)
         if blk is None:
@@ -168,13 +174,14 @@ class _Gen:
             return None
         bgn = r.choice(known)
         end = bgn
-        while end in self.uop_sram and end - bgn < 8 and (end == bgn or r.random() < 0.8):
+        longest = 40 if self.big else 8
+        while end in self.uop_sram and end - bgn < longest and (end == bgn or r.random() < 0.9):
             end += 1
         if r.random() < 0.05:
             end = bgn                      # empty kernel
         uops = [self.uop_sram[k] for k in range(bgn, end)]
         it_out = r.choice([0, 1, 1, 2, 3]) if r.random() < 0.1 else r.choice([1, 2, 3])
-        it_in = r.choice([1, 2, 3, 4])
+        it_in = r.choice([1, 2, 3, 4]) if not self.big else r.choice([1, 4, 9, 16])
         lim = {"dst": self.R["acc"], "src": self.R["acc"] if alu else self.R["inp"], "wgt": self.R["wgt"]}
         f = {}
         for name, k in (("dst", 0), ("src", 1), ("wgt", 2)):
@@ -240,6 +247,9 @@ class _Gen:
         if not self.out_valid:
             return
         y, x = r.randrange(1, 3), r.randrange(1, 5)
+        if self.big and r.random() < 0.5:
+            x = r.randrange(1, 300)
+            y = 1
         base = r.choice(sorted(self.out_valid))
         if base + x * y > self.R["acc"]:
             base = max(self.R["acc"] - x * y, 0)
