@@ -112,6 +112,8 @@ class Mmio:
         return bool(self.reg("CONTROL") & Control.BUSY)
 
     def start(self, insn_phys: int, insn_count: int) -> None:
+        if insn_phys % 16:
+            raise DeviceError(f"the instruction stream at {insn_phys:#x} is not 16-byte aligned")
         if self.busy():
             raise DeviceError("the VTA core is still running a previous stream")
         self.write32(OFFSET["INSN_ADDR"], insn_phys)
