@@ -1,0 +1,201 @@
+"""The on-board driver: a ``Device`` for a Pynq or Ultra96 board running the VTA bitstream.
+
+Only the mapping layer is board-specific, and it is thin:
+
+* the register window (``fetch_base_addr``, 4 KiB) is mapped through PYNQ's ``MMIO`` when the
+  ``pynq`` package is present, else through ``/dev/mem``;
+* device memory is one physically contiguous arena (PYNQ's ``allocate``, else a ``u-dma-buf``
+  device ``/dev/udmabufN``) that is handed out in 4 KiB pages.
+
+Everything else, every register access of a run included, is ``vta_runtime.mmio`` and
+``vta_runtime.pages``, the same code that drives tsim in the test suite.
+
+Checking it on a board (README, "Boards"): program the bitstream, then
+``python -c "from boards.driver import BoardDevice; d = BoardDevice(); print(d.mmio.reg('ID'))"``
+prints 0x56544102, and ``pytest tests/runtime/test_unit_programs.py --device board`` runs the
+instruction-level tests on the board.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vta_hw.spec import Config, load_config
+from vta_runtime.errors import DeviceError
+from vta_runtime.mmio import RegisterDevice
+from vta_runtime.pages import PageAllocator
+
+BOARD_TARGETS = ("pynq", "ultra96")
+DEFAULT_ARENA_BYTES = 64 << 20
+
+
+def _have_pynq() -> bool:
+    try:
+        import pynq  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------- register window
+class DevMemWindow:
+    """A register window mapped with mmap from ``/dev/mem`` (or any file, page-aligned offset)."""
+
+    def __init__(self, base: int, size: int, path: str = "/dev/mem"):
+        page = mmap.PAGESIZE
+        self.base, self.size = base, size
+        start = base - base % page
+        self._delta = base - start
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_SYNC)
+        except OSError as exc:
+            raise DeviceError(f"cannot open {path} to map the VTA registers at {base:#x}: {exc.strerror} "
+                              "(run as root, or install the pynq package)") from None
+        self._map = mmap.mmap(self._fd, self._delta + size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
+                              offset=start)
+
+    def read32(self, offset: int) -> int:
+        return struct.unpack_from("<I", self._map, self._delta + offset)[0]
+
+    def write32(self, offset: int, value: int) -> None:
+        struct.pack_into("<I", self._map, self._delta + offset, value & 0xFFFFFFFF)
+
+    def close(self) -> None:
+        self._map.close()
+        os.close(self._fd)
+
+
+class PynqWindow:
+    """A register window through ``pynq.MMIO``."""
+
+    def __init__(self, base: int, size: int):
+        from pynq import MMIO
+        self._mmio = MMIO(base, size)
+
+    def read32(self, offset: int) -> int:
+        return int(self._mmio.read(offset)) & 0xFFFFFFFF
+
+    def write32(self, offset: int, value: int) -> None:
+        self._mmio.write(offset, value & 0xFFFFFFFF)
+
+    def close(self) -> None:
+        pass
+
+
+def open_register_window(cfg: Config):
+    if _have_pynq():
+        return PynqWindow(cfg.fetch_base_addr, cfg.ip_reg_map_range)
+    return DevMemWindow(cfg.fetch_base_addr, cfg.ip_reg_map_range)
+
+
+# ---------------------------------------------------------------------- contiguous memory
+class Arena:
+    """Physically contiguous memory: ``view`` is a uint8 numpy array at physical address ``phys_base``."""
+
+    def __init__(self, view: np.ndarray, phys_base: int, keep: Any = None):
+        self.view, self.phys_base, self._keep = view, phys_base, keep
+
+
+def pynq_arena(nbytes: int) -> Arena:
+    from pynq import allocate
+    buf = allocate(shape=(nbytes,), dtype=np.uint8)
+    return Arena(np.asarray(buf), int(buf.physical_address), buf)
+
+
+def udmabuf_arena(name: str = "udmabuf0") -> Arena:
+    sysfs = Path("/sys/class/u-dma-buf") / name
+    if not sysfs.exists():
+        raise DeviceError(f"no contiguous memory: neither the pynq package nor /dev/{name} (u-dma-buf) is present")
+    phys = int((sysfs / "phys_addr").read_text().strip(), 0)
+    size = int((sysfs / "size").read_text().strip(), 0)
+    fd = os.open(f"/dev/{name}", os.O_RDWR | os.O_SYNC)
+    mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    return Arena(np.frombuffer(mm, dtype=np.uint8), phys, (fd, mm))
+
+
+def open_arena(nbytes: int = DEFAULT_ARENA_BYTES) -> Arena:
+    return pynq_arena(nbytes) if _have_pynq() else udmabuf_arena()
+
+
+# ---------------------------------------------------------------------- bitstream
+def program_bitstream(path: str | os.PathLike[str]) -> None:
+    """Load a bitstream into the PL: PYNQ's ``Bitstream`` when present, else the Linux FPGA manager."""
+    path = Path(path)
+    if _have_pynq():
+        from pynq import Bitstream
+        Bitstream(str(path)).download()
+        return
+    mgr = Path("/sys/class/fpga_manager/fpga0")
+    if not mgr.exists():
+        raise DeviceError("cannot program the FPGA: neither the pynq package nor /sys/class/fpga_manager is present")
+    firmware = Path("/lib/firmware") / path.name
+    firmware.write_bytes(path.read_bytes())
+    (mgr / "firmware").write_text(path.name)
+
+
+def set_pl_clock(cfg: Config) -> None:
+    """Set PS clock 0 to the config's fpga_freq (PYNQ only; otherwise the boot image sets it)."""
+    if _have_pynq():
+        from pynq import Clocks
+        Clocks.fclk0_mhz = cfg.fpga_freq
+
+
+# ---------------------------------------------------------------------- the device
+class BoardDevice(RegisterDevice):
+    """The VTA core on a board, as a ``vta_runtime.Device``."""
+
+    def __init__(self, config: Config | dict[str, Any] | str | None = None, *, window=None,
+                 arena: Arena | None = None, arena_bytes: int = DEFAULT_ARENA_BYTES):
+        cfg = load_config(config)
+        if cfg.TARGET not in BOARD_TARGETS:
+            raise DeviceError(f"BoardDevice needs a board TARGET ({', '.join(BOARD_TARGETS)}), not {cfg.TARGET!r}")
+        self.window = window or open_register_window(cfg)
+        self.arena = arena or open_arena(arena_bytes)
+        self.pages = PageAllocator(self.arena.phys_base, self.arena.view.size)
+        super().__init__(cfg, self.window.read32, self.window.write32)
+
+    # memory: physical address p lives at arena.view[p - phys_base]
+    def _span(self, phys: int, nbytes: int) -> np.ndarray:
+        self.pages.check(phys, nbytes, "host access")
+        off = phys - self.arena.phys_base
+        return self.arena.view[off:off + nbytes]
+
+    def alloc(self, nbytes: int) -> int:
+        return self.pages.alloc(nbytes)
+
+    def free(self, phys: int) -> None:
+        self.pages.free(phys)
+
+    def write(self, phys: int, data: bytes | np.ndarray) -> None:
+        buf = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else \
+            np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self._span(phys, buf.size)[:] = buf
+
+    def read(self, phys: int, nbytes: int) -> bytes:
+        return self._span(phys, nbytes).tobytes()
+
+    def host_window(self) -> tuple[int, int]:
+        """Physical address p is at host address base + p (see vta_runtime.device.host_window)."""
+        return int(self.arena.view.ctypes.data) - self.arena.phys_base, self.arena.phys_base + self.arena.view.size
+
+    def _instruction_words(self, insn_phys: int, insn_count: int) -> np.ndarray:
+        return self._span(insn_phys, insn_count * 16).view("<u8").reshape(-1, 2).copy()
+
+    def close(self) -> None:
+        self.window.close()
+
+
+def check_core_matches(cfg: Config) -> None:
+    """Refuse a configuration that the programmed core does not implement (reads ID and HWCONFIG)."""
+    from vta_runtime.mmio import Mmio
+    window = open_register_window(cfg)
+    try:
+        Mmio(window.read32, window.write32).check_identity(cfg)
+    finally:
+        window.close()

@@ -1,0 +1,169 @@
+"""The bitstream flow behind ``nox -s bitstream -- [--board pynq-z1|pynq-z2|ultra96] [--config PATH]``.
+
+Writes ``build/<board>/<bitstream-name>/``:
+
+* ``vivado/``: the Verilog of the whole design (PS + core), the constraints, and the Vivado Tcl
+  (non-project flow) with the build script, as Amaranth's Xilinx platform produces them;
+* ``<bitstream-name>_plan.zip``: the same plan as one archive, to copy to a Vivado machine;
+* ``plan.json``: board, part, clock, configuration, register window and memory port;
+* ``utilization.txt`` / ``.json``: a yosys ``synth_xilinx`` estimate (PS as a black box) against
+  the device's capacity. A design that does not fit stops the flow with the numbers.
+
+Then, if Vivado is on PATH (or ``$VIVADO`` names it) it runs the plan and copies the bitstream
+next to the plan; otherwise it prints exactly what to run where Vivado is installed. No open
+toolchain places and routes Zynq parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from vta_hw.spec import Config, ConfigError, load_config
+from vta_hw.synth import DEVICES, run_yosys, summarise
+
+from .platforms import BOARDS, Board, board_for
+from .zynq import TOPS
+
+BUILD_ROOT = Path(__file__).resolve().parent.parent / "build"
+TOP_NAME = "vta_top"
+FAMILY_OF = {"zynq7": "xc7", "zynqmp": "xcup"}
+#: PS address of the GP master port window each family uses for the register file
+GP_WINDOW = {"zynq7": (0x4000_0000, 0x7FFF_FFFF), "zynqmp": (0xA000_0000, 0xAFFF_FFFF)}
+MEMORY_PORT = {"zynq7": "S_AXI_ACP (coherent, 64-bit AXI3)", "zynqmp": "S_AXI_HPC0_FPD (coherent, 128-bit AXI4)"}
+
+
+class FlowError(RuntimeError):
+    """The flow cannot go on; the message says why and what to do."""
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def plan_dir(board: Board, cfg: Config, root: Path = BUILD_ROOT) -> Path:
+    return root / board.name / cfg.BITSTREAM
+
+
+def make_plan(board: Board, cfg: Config, out: Path, progress=_say) -> dict:
+    """Elaborate the board top and write the Vivado plan; returns the plan description."""
+    cfg = board.config_for(cfg)
+    if cfg.fpga_device != board.part:
+        raise FlowError(f"the configuration's part {cfg.fpga_device} is not the {board.name}'s part {board.part}")
+    window = GP_WINDOW[board.family]
+    if not window[0] <= cfg.fetch_base_addr <= window[1]:
+        raise FlowError(f"register window {cfg.fetch_base_addr:#x} is outside the PS's GP port window "
+                        f"{window[0]:#x}-{window[1]:#x}")
+    t0 = time.perf_counter()
+    progress(f"[bitstream] {board.name}: elaborating {cfg.MODEL} for {board.part} at {cfg.fpga_freq} MHz")
+    platform = board.platform()
+    top = TOPS[board.family](cfg)
+    plan = platform.build(top, name=TOP_NAME, do_build=False)
+    vivado = out / "vivado"
+    if vivado.exists():
+        shutil.rmtree(vivado)
+    plan.extract(vivado)
+    with open(out / f"{cfg.BITSTREAM}_plan.zip", "wb") as f:
+        plan.archive(f)
+    progress(f"[bitstream] {board.name}: plan written to {vivado} ({time.perf_counter() - t0:.1f} s)")
+    desc = {
+        "board": board.name, "part": board.part, "family": board.family, "clock_mhz": cfg.fpga_freq,
+        "model": cfg.MODEL, "bitstream": cfg.BITSTREAM, "config": cfg.cfg_dict,
+        "register_window": f"{cfg.fetch_base_addr:#010x}", "register_window_bytes": cfg.ip_reg_map_range,
+        "memory_port": MEMORY_PORT[board.family], "axi_data_bits": cfg.AXI_DATA_BITS,
+        "top": TOP_NAME, "verilog": f"vivado/{TOP_NAME}.v", "constraints": f"vivado/{TOP_NAME}.xdc",
+        "vivado_script": f"vivado/build_{TOP_NAME}.sh",
+    }
+    (out / "plan.json").write_text(json.dumps(desc, indent=2) + "\n")
+    return desc
+
+
+def utilization(board: Board, out: Path, progress=_say) -> dict:
+    """yosys estimate of the whole top (PS black box) against the device; raises FlowError if it does not fit."""
+    family = FAMILY_OF[board.family]
+    dev = DEVICES[family]
+    cells = run_yosys(out / "vivado" / f"{TOP_NAME}.v", family, out / "yosys", progress, top=TOP_NAME)
+    s = summarise(cells, dev)
+    rows = [("LUT", s["luts"], dev.luts), ("FF", s["ffs"], dev.ffs), ("BRAM36", s["bram36"], dev.bram36),
+            (dev.dsp_cell, s["dsps"], dev.dsps)]
+    text = [f"yosys synth_xilinx estimate for {board.name} ({dev.name}), processing system as a black box:",
+            f"{'resource':<10} {'used':>10} {'available':>10} {'use':>6}"]
+    over = []
+    for name, used, cap in rows:
+        text.append(f"{name:<10} {used:>10,.0f} {cap:>10,} {100 * used / cap:>5.0f}%")
+        if used > cap:
+            over.append(f"{name} {used:,.0f} > {cap:,}")
+    report = "\n".join(text) + "\n"
+    (out / "utilization.txt").write_text(report)
+    (out / "utilization.json").write_text(json.dumps({"cells": cells, "summary": s}, indent=2) + "\n")
+    progress(report.rstrip())
+    if over:
+        raise FlowError(f"the design does not fit {dev.name}: {'; '.join(over)} (see {out / 'utilization.txt'})")
+    return s
+
+
+def find_vivado() -> str | None:
+    return os.environ.get("VIVADO") or shutil.which("vivado")
+
+
+def run_vivado(out: Path, vivado: str, progress=_say) -> Path:
+    script = out / "vivado" / f"build_{TOP_NAME}.sh"
+    env = dict(os.environ, VIVADO=vivado)
+    progress(f"[bitstream] running Vivado ({script}); this takes tens of minutes")
+    res = subprocess.run(["sh", script.name], cwd=script.parent, env=env)
+    bit = script.parent / f"{TOP_NAME}.bit"
+    if res.returncode or not bit.exists():
+        raise FlowError(f"Vivado failed (exit {res.returncode}); see the logs in {script.parent}")
+    dest = out / f"{load_config(json.loads((out / 'plan.json').read_text())['config']).BITSTREAM}.bit"
+    shutil.copyfile(bit, dest)
+    return dest
+
+
+def instructions(out: Path, board: Board, cfg: Config) -> str:
+    zip_name = f"{cfg.BITSTREAM}_plan.zip"
+    return (f"Vivado was not found (set $VIVADO or put vivado on PATH). On a machine with Vivado:\n"
+            f"  1. copy {out / zip_name} there and unzip it into an empty directory\n"
+            f"  2. run `sh build_{TOP_NAME}.sh` in that directory (non-project flow: synthesis, place, route, "
+            f"bitstream for {board.part})\n"
+            f"  3. copy {TOP_NAME}.bit back to this machine as {out / (cfg.BITSTREAM + '.bit')}\n"
+            f"  4. install it into the bitstream cache: vta-bitstream install {out / (cfg.BITSTREAM + '.bit')}\n"
+            f"  5. on the board: python -m vta_compiler.exec.rpc_server --host 0.0.0.0, then from the host\n"
+            f"     vta.program_fpga(remote) and vta.reconfig_runtime(remote) (see README, 'Boards')")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="nox -s bitstream --", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--board", choices=sorted(BOARDS), help="default: from the config's TARGET")
+    p.add_argument("--config", help="configuration file (default: $VTA_CONFIG or the repository's)")
+    p.add_argument("--out", type=Path, help="output root (default: build/)")
+    p.add_argument("--skip-utilization", action="store_true", help="do not run the yosys estimate")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+        board = board_for(args.board, cfg)
+        cfg = board.config_for(cfg)
+        out = plan_dir(board, cfg, args.out or BUILD_ROOT)
+        out.mkdir(parents=True, exist_ok=True)
+        make_plan(board, cfg, out)
+        if not args.skip_utilization:
+            utilization(board, out)
+        vivado = find_vivado()
+        if vivado:
+            _say(f"[bitstream] bitstream: {run_vivado(out, vivado)}")
+        else:
+            _say(instructions(out, board, cfg))
+    except (ConfigError, FlowError) as exc:
+        print(f"bitstream: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Executables: ``python -m vta_compiler.exec.rpc_server``."""

@@ -1,0 +1,171 @@
+"""The VTA RPC server, run on a board (or beside a simulator):
+
+    python -m vta_compiler.exec.rpc_server [--host 127.0.0.1] [--port 9091] [--port-end 9199]
+                                          [--key vta] [--tracker HOST:PORT] [--config PATH]
+
+It is TVM's ``rpc.Server`` plus the VTA pieces: the runtime's global functions, the ``ext_dev``
+device API, and
+
+* ``tvm.contrib.vta.init(bitstream)``: program the FPGA with an uploaded bitstream (boards);
+  on sim/tsim targets there is no FPGA and the bitstream is only recorded;
+* ``tvm.contrib.vta.reconfig_runtime(cfg_json)``: compare the pushed configuration with the
+  server's, refuse an invalid one with the reason, and rebuild the runtime state for a new one;
+* ``tvm.contrib.vta.status()``: JSON with the server's configuration and programmed bitstream.
+
+Sessions are forked from the server's worker process, so state that must outlive a session (the
+current configuration, the programmed bitstream) is kept in a state directory on disk.
+By default the server binds to localhost; pass ``--host 0.0.0.0`` to serve a network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from vta_hw.spec import Config, ConfigError, load_config
+
+BOARD_TARGETS = ("pynq", "ultra96")
+
+
+class ServerState:
+    """The server's persistent state: ``config.json`` and ``bitstream.json`` in ``state_dir``."""
+
+    def __init__(self, state_dir: str | os.PathLike[str]):
+        self.dir = Path(state_dir)
+        self.config_path = self.dir / "config.json"
+        self.bitstream_path = self.dir / "bitstream.json"
+
+    def config(self) -> Config:
+        return load_config(self.config_path)
+
+    def activate(self) -> None:
+        """Point the process's runtime at the state's configuration."""
+        import vta_runtime
+        os.environ["VTA_CONFIG"] = str(self.config_path)
+        vta_runtime.shutdown()
+
+    # -- tvm.contrib.vta.reconfig_runtime
+    def reconfig(self, cfg_json: str) -> str:
+        try:
+            pushed = json.loads(cfg_json)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"reconfig_runtime: the pushed configuration is not JSON: {exc}") from None
+        new = Config(pushed, source="the configuration pushed over RPC")   # raises ConfigError with the reason
+        old = self.config()
+        if new == old:
+            return f"unchanged: {old.MODEL}"
+        if new.TARGET != old.TARGET:
+            raise ConfigError(f"reconfig_runtime: this server runs TARGET {old.TARGET!r}; a client built for "
+                              f"{new.TARGET!r} cannot use it")
+        if new.TARGET in BOARD_TARGETS:
+            from boards.driver import check_core_matches
+            check_core_matches(new)   # the programmed bitstream must implement the new parameters
+        self.config_path.write_text(new.to_json())
+        self.activate()
+        return f"reconfigured: {old.MODEL} -> {new.MODEL}"
+
+    # -- tvm.contrib.vta.init
+    def program(self, file_name: str) -> str:
+        import tvm
+        path = Path(file_name)
+        if not path.is_absolute():
+            workpath = tvm.get_global_func("tvm.rpc.server.workpath", allow_missing=True)
+            path = Path(workpath(file_name)) if workpath else path
+        if not path.is_file():
+            raise FileNotFoundError(f"tvm.contrib.vta.init: no bitstream {file_name!r} on the server (upload it "
+                                    "first)")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        cfg = self.config()
+        if cfg.TARGET in BOARD_TARGETS:
+            from boards.driver import program_bitstream
+            program_bitstream(path)
+            what = f"programmed {path.name} on the {cfg.TARGET} FPGA"
+        else:
+            what = f"TARGET {cfg.TARGET} has no FPGA: recorded {path.name}"
+        self.bitstream_path.write_text(json.dumps({"name": path.name, "sha256": digest}))
+        self.activate()
+        return f"{what} (sha256 {digest[:16]})"
+
+    # -- tvm.contrib.vta.status
+    def status(self) -> str:
+        bit = json.loads(self.bitstream_path.read_text()) if self.bitstream_path.exists() else None
+        return json.dumps({"config": self.config().cfg_dict, "model": self.config().MODEL, "bitstream": bit,
+                           "pid": os.getpid()})
+
+
+def server_init(state_dir: str) -> None:
+    """Runs in TVM's server worker process before any session: register the VTA functions."""
+    import tvm
+
+    from vta_compiler import ext_dev
+
+    state = ServerState(state_dir)
+    state.activate()
+    ext_dev.load()                     # device_api.ext_dev + the runtime's vta.runtime.* functions
+    tvm.register_global_func("tvm.contrib.vta.init", state.program, override=True)
+    tvm.register_global_func("tvm.contrib.vta.reconfig_runtime", state.reconfig, override=True)
+    tvm.register_global_func("tvm.contrib.vta.status", state.status, override=True)
+
+
+def make_state_dir(config: str | None, state_dir: str | None = None) -> str:
+    cfg = load_config(config)
+    d = Path(state_dir or tempfile.mkdtemp(prefix="vta_rpc_"))
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(cfg.to_json())
+    return str(d)
+
+
+def start_server(host: str = "127.0.0.1", port: int = 9091, port_end: int = 9199, key: str = "vta",
+                 tracker: str | None = None, config: str | None = None, state_dir: str | None = None):
+    """Start a TVM RPC server with the VTA functions; returns the ``tvm.rpc.Server``."""
+    import functools
+
+    from tvm import rpc
+
+    tracker_addr = None
+    if tracker:
+        h, p = tracker.rsplit(":", 1)
+        tracker_addr = (h, int(p))
+    sdir = make_state_dir(config, state_dir)
+    return rpc.Server(host, port, port_end, key=key, tracker_addr=tracker_addr,
+                      server_init_callback=functools.partial(server_init, sdir))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m vta_compiler.exec.rpc_server", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
+    p.add_argument("--port", type=int, default=9091)
+    p.add_argument("--port-end", type=int, default=9199)
+    p.add_argument("--key", default="vta", help="key announced to the tracker")
+    p.add_argument("--tracker", help="HOST:PORT of a TVM RPC tracker to register with")
+    p.add_argument("--config", help="configuration file (default: $VTA_CONFIG or the repository's)")
+    p.add_argument("--state-dir", help="where the server keeps its configuration (default: a new temp dir)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+    try:
+        server = start_server(args.host, args.port, args.port_end, args.key, args.tracker, args.config,
+                              args.state_dir)
+    except ConfigError as exc:
+        print(f"rpc_server: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"VTA RPC server listening on {args.host}:{server.port} (key {args.key})", flush=True)
+
+    def stop(*_):
+        server.terminate()
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server.proc.join()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
