@@ -30,9 +30,8 @@ from typing import Any
 import numpy as np
 
 from vta_hw.spec import Config, load_config
-from vta_hw.spec.regmap import COUNTERS, FSIM_COUNTERS
-from vta_runtime.errors import DeviceError, MissingFinishError
-from vta_runtime.mmio import Mmio
+from vta_runtime.errors import DeviceError
+from vta_runtime.mmio import RegisterDevice
 
 from .memory import DEFAULT_DRAM_BYTES, SimulatedDram
 
@@ -194,14 +193,13 @@ def _load(lib_path: Path) -> ctypes.CDLL:
         return lib
 
 
-class TsimDevice:
-    """The Verilated VTA core as a ``Device``."""
+class TsimDevice(RegisterDevice):
+    """The Verilated VTA core as a ``Device``; the run sequence is ``vta_runtime.mmio.RegisterDevice``."""
 
     def __init__(self, config: Config | dict[str, Any] | str | None = None, *, dram_bytes: int = DEFAULT_DRAM_BYTES,
                  waveform: str | os.PathLike[str] | None = None, read_latency: int = 8, write_latency: int = 8,
                  backpressure: int = 0, seed: int = 1, progress=None):
-        cfg = self.config = load_config(config)
-        self.isa = cfg.isa
+        cfg = load_config(config)
         self.dram = SimulatedDram(dram_bytes)
         self.waveform = str(waveform) if waveform else None
         self.lib = lib = _load(build(cfg, trace=self.waveform is not None, progress=progress))
@@ -209,10 +207,7 @@ class TsimDevice:
         lib.tsim_set_memory(self._h, self.dram.data.ctypes.data, self.dram.nbytes)
         lib.tsim_set_bus(self._h, read_latency, write_latency, backpressure, seed)
         lib.tsim_reset(self._h, 8)
-        self.mmio = Mmio(self._read32, self._write32, self._advance)
-        self.mmio.check_identity(cfg)
-        self._stats = dict.fromkeys(("cycle_count", *COUNTERS), 0)
-        self.last_outcome = None
+        super().__init__(cfg, self._read32, self._write32, self._advance)
 
     # ------------------------------------------------------------------ register access
     def _read32(self, offset: int) -> int:
@@ -226,7 +221,7 @@ class TsimDevice:
             raise DeviceError(f"tsim: no AXI-Lite write response from register {offset:#x}")
 
     def _advance(self) -> None:
-        self.lib.tsim_run(self._h, RUN_CHUNK)
+        self.lib.tsim_run(self._live(), RUN_CHUNK)
 
     # ------------------------------------------------------------------ Device protocol
     def alloc(self, nbytes: int) -> int:
@@ -241,12 +236,6 @@ class TsimDevice:
     def read(self, phys: int, nbytes: int) -> bytes:
         return self.dram.read(phys, nbytes)
 
-    def stats(self) -> dict[str, int]:
-        return dict(self._stats)
-
-    def clear_stats(self) -> None:
-        self._stats = dict.fromkeys(self._stats, 0)
-
     def cycles(self) -> int:
         """Clock cycles simulated since the device was opened."""
         return int(self.lib.tsim_cycle(self._live()))
@@ -256,42 +245,27 @@ class TsimDevice:
             raise DeviceError("this tsim device was closed")
         return self._h
 
-    def run(self, insn_phys: int, insn_count: int, timeout: float | None = None) -> None:
-        insn_count = int(insn_count)
-        if insn_count <= 0:
-            raise MissingFinishError(f"cannot run {insn_count} instructions: a stream needs at least a FINISH")
+    # ------------------------------------------------------------------ RegisterDevice hooks
+    def _instruction_words(self, insn_phys: int, insn_count: int) -> np.ndarray:
         self.dram.check(insn_phys, insn_count * 16, f"the instruction fetch of {insn_count} instructions")
-        words = self.dram.data[insn_phys:insn_phys + insn_count * 16].view("<u8").reshape(-1, 2).copy()
-        starts = np.array(self.dram._starts, dtype=np.uint64)
-        sizes = np.array([self.dram._sizes[s] for s in self.dram._starts], dtype=np.uint64)
-        self.lib.tsim_set_allocations(self._h, starts.ctypes.data, sizes.ctypes.data, len(starts))
-        self._recover()
-        c0 = self.cycles()
-        outcome = self.mmio.run(insn_phys, insn_count, timeout)
-        if outcome is None:
-            err = self.mmio.timeout_error(timeout, self.cycles() - c0, insn_count, self.isa, words)
-            self._recover()
-            raise err
-        self.last_outcome = outcome
-        for k in FSIM_COUNTERS:
-            self._stats[k] += outcome.counters[k]
-        for k in COUNTERS[len(FSIM_COUNTERS):]:
-            self._stats[k] += outcome.counters[k]
-        self._stats["cycle_count"] += outcome.cycles
-        if self.waveform:
-            self.lib.tsim_flush_trace(self._h)
-        self.mmio.raise_for(outcome, self.config, words, self.dram)
+        return self.dram.data[insn_phys:insn_phys + insn_count * 16].view("<u8").reshape(-1, 2).copy()
 
-    def _recover(self) -> None:
-        """Bring a core that is still running (after a timeout) back to idle: ABORT, else reset."""
-        if not self.mmio.busy():
-            return
-        self.mmio.abort()
-        for _ in range(50):
-            self.lib.tsim_run(self._h, 10_000)
-            if not self.mmio.busy():
-                return
-        self.lib.tsim_reset(self._h, 8)
+    def _before_run(self) -> None:
+        # the simulated interconnect answers SLVERR outside every allocation
+        allocs = self.dram.pages.allocations()
+        starts = np.array([s for s, _ in allocs], dtype=np.uint64)
+        sizes = np.array([n for _, n in allocs], dtype=np.uint64)
+        self.lib.tsim_set_allocations(self._live(), starts.ctypes.data, sizes.ctypes.data, len(starts))
+
+    def _after_run(self) -> None:
+        if self.waveform:
+            self.lib.tsim_flush_trace(self._live())
+
+    def _memory_for_diagnosis(self):
+        return self.dram
+
+    def _hard_reset(self) -> None:
+        self.lib.tsim_reset(self._live(), 8)
 
     def close(self) -> None:
         h, self._h = getattr(self, "_h", None), None

@@ -49,7 +49,8 @@ def _relative_url(cfg: Config) -> str:
     return f"{cfg.TARGET}/{cfg.HW_VER}/{cfg.BITSTREAM}.bit"
 
 
-def download_bitstream(cfg: Config | None = None, url: str | None = None, *, timeout: float = DOWNLOAD_TIMEOUT_S) -> str:
+def download_bitstream(cfg: Config | None = None, url: str | None = None, *,
+                       timeout: float = DOWNLOAD_TIMEOUT_S) -> str:
     """Fetch ``<url>/<TARGET>/<HW_VER>/<BITSTREAM>.bit`` into the cache and return its path."""
     cfg = load_config(cfg)
     base = url or os.environ.get(URL_ENV_VAR)

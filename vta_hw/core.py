@@ -27,7 +27,7 @@ from amaranth.lib.wiring import Out
 from vta_hw.spec import Config, load_config
 from vta_hw.spec.regmap import COUNTERS, ID_VALUE, NO_INSN, STATE, DmaClient, ErrorCode, hwconfig_word
 
-from .axi import axi4_lite_slave_members, axi4_master_members
+from .axi import MAX_BURST_BEATS, axi4_lite_slave_members, axi4_master_members
 from .axi_master import AxiArbiter
 from .compute import Compute
 from .dep_queue import TokenQueue
@@ -60,10 +60,13 @@ def check_buildable(cfg: Config) -> None:
 
 
 class VtaCore(wiring.Component):
-    def __init__(self, config=None, queue_depth: int = 16):
+    #: AXI ID of every write (one write client, in order); AXI3 ports need it as WID.
+    write_id = DmaClient.OUT
+
+    def __init__(self, config=None, queue_depth: int = 16, max_burst_beats: int = MAX_BURST_BEATS):
         cfg = self.cfg = load_config(config)
         check_buildable(cfg)
-        self.layouts = Layouts(cfg)
+        self.layouts = Layouts(cfg, max_burst_beats)
         self.queue_depth = queue_depth
         self.data_bits = cfg.AXI_DATA_BITS
         members = {}
@@ -89,7 +92,7 @@ class VtaCore(wiring.Component):
         compute = dp("compute", Compute(lay, dw))
         store = dp("store", Store(lay, dw))
         arb = dp("arbiter", AxiArbiter(dw, [DmaClient.FETCH, DmaClient.UOP, DmaClient.INP, DmaClient.WGT,
-                                            DmaClient.ACC], DmaClient.OUT,
+                                            DmaClient.ACC], self.write_id,
                                        cache_bits=int(cfg.axi_cache_bits, 2), prot_bits=int(cfg.axi_prot_bits, 2)))
         qs = {n: dp(f"{n}_q", fifo.SyncFIFOBuffered(width=lay.cmd.size, depth=self.queue_depth))
               for n in ("load", "compute", "store")}

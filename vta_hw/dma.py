@@ -38,7 +38,7 @@ def _log2(x: int) -> int:
 class _BurstSplitter:
     """Shared burst-splitting logic: holds the rest of a row and produces the next burst."""
 
-    def __init__(self, m: Module, elem_bytes: int, beat_bytes: int):
+    def __init__(self, m: Module, elem_bytes: int, beat_bytes: int, max_beats: int = MAX_BURST_BEATS):
         self.log_b = _log2(beat_bytes)
         self.log_e = _log2(elem_bytes)
         beats_bits = COUNT_BITS + max(self.log_e - self.log_b, 0) + 2
@@ -47,9 +47,9 @@ class _BurstSplitter:
         self.active = Signal()
         to_boundary = Signal(range(BOUNDARY_BYTES // beat_bytes + 1))
         m.d.comb += to_boundary.eq((BOUNDARY_BYTES - self.cur[:_log2(BOUNDARY_BYTES)]) >> self.log_b)
-        n = Signal(range(MAX_BURST_BEATS + 1))
-        m.d.comb += n.eq(Mux(self.beats_left < MAX_BURST_BEATS, self.beats_left, MAX_BURST_BEATS))
-        self.n = Signal(range(MAX_BURST_BEATS + 1))
+        n = Signal(range(max_beats + 1))
+        m.d.comb += n.eq(Mux(self.beats_left < max_beats, self.beats_left, max_beats))
+        self.n = Signal(range(max_beats + 1))
         m.d.comb += self.n.eq(Mux(to_boundary < n, to_boundary, n))
 
     def start(self, m: Module, addr, count):
@@ -64,7 +64,9 @@ class _BurstSplitter:
 
 
 class DmaReader(wiring.Component):
-    def __init__(self, elem_bits: int, data_bits: int, max_outstanding: int = 8, row_fifo_depth: int = 4):
+    def __init__(self, elem_bits: int, data_bits: int, max_outstanding: int = 8, row_fifo_depth: int = 4,
+                 max_burst_beats: int = MAX_BURST_BEATS):
+        self.max_burst_beats = max_burst_beats
         self.elem_bits = elem_bits
         self.data_bits = data_bits
         self.max_outstanding = max_outstanding
@@ -83,7 +85,7 @@ class DmaReader(wiring.Component):
         m = Module()
         ew, dw = self.elem_bits, self.data_bits
         eb, bb = ew // 8, dw // 8
-        sp = _BurstSplitter(m, eb, bb)
+        sp = _BurstSplitter(m, eb, bb, self.max_burst_beats)
         ar, r = self.axi.ar, self.axi.r
 
         outstanding = Signal(range(self.max_outstanding + 1))
@@ -185,7 +187,9 @@ class DmaReader(wiring.Component):
 
 
 class DmaWriter(wiring.Component):
-    def __init__(self, elem_bits: int, data_bits: int, max_outstanding: int = 8, len_fifo_depth: int = 4):
+    def __init__(self, elem_bits: int, data_bits: int, max_outstanding: int = 8, len_fifo_depth: int = 4,
+                 max_burst_beats: int = MAX_BURST_BEATS):
+        self.max_burst_beats = max_burst_beats
         assert elem_bits >= data_bits and elem_bits % data_bits == 0
         self.elem_bits = elem_bits
         self.data_bits = data_bits
@@ -205,7 +209,7 @@ class DmaWriter(wiring.Component):
         m = Module()
         ew, dw = self.elem_bits, self.data_bits
         ratio = ew // dw
-        sp = _BurstSplitter(m, ew // 8, dw // 8)
+        sp = _BurstSplitter(m, ew // 8, dw // 8, self.max_burst_beats)
         aw, w, b = self.axi.aw, self.axi.w, self.axi.b
 
         m.submodules.lens = lens = fifo.SyncFIFOBuffered(width=9, depth=self.len_fifo_depth)

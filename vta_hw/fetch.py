@@ -60,7 +60,7 @@ class Fetch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, lay = self.cfg, self.layouts
-        m.submodules.reader = reader = DmaReader(128, self.data_bits)
+        m.submodules.reader = reader = DmaReader(128, self.data_bits, max_burst_beats=lay.max_burst_beats)
         m.submodules.buf = buf = fifo.SyncFIFOBuffered(width=128, depth=self.buffer_depth)
         wiring.connect(m, wiring.flipped(self.axi), reader.axi)
         halted = Signal()

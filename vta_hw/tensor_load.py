@@ -39,7 +39,8 @@ class TensorLoad(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.reader = reader = DmaReader(self.elem_bits, self.data_bits)
+        m.submodules.reader = reader = DmaReader(self.elem_bits, self.data_bits,
+                                                 max_burst_beats=self.layouts.max_burst_beats)
         wiring.connect(m, wiring.flipped(self.axi), reader.axi)
         m.d.comb += [reader.halt.eq(self.halt), self.dma_idle.eq(reader.idle), self.error.eq(reader.error),
                      self.error_addr.eq(reader.error_addr)]

@@ -246,3 +246,79 @@ class Mmio:
 
 def _retired(st: dict[str, int]) -> dict[Stage, int]:
     return {Stage.LOAD: st["retired_load"], Stage.COMPUTE: st["retired_compute"], Stage.STORE: st["retired_store"]}
+
+
+class RegisterDevice:
+    """The run sequence of every device that drives the real core through its register file.
+
+    Subclasses (tsim, the board driver) supply register access, memory and a few hooks; the
+    start / bounded wait / counters / error decoding / recovery lines are all here, so the tsim
+    tests exercise exactly what a board runs.
+    """
+
+    #: polls of ``wait`` to give an ABORT before falling back to ``_hard_reset``
+    ABORT_POLLS = 50
+
+    def __init__(self, config, read32: Callable[[int], int], write32: Callable[[int, int], None],
+                 wait: Callable[[], None] | None = None):
+        self.config = config
+        self.isa = config.isa
+        self.mmio = Mmio(read32, write32, wait)
+        self.mmio.check_identity(config)
+        self._stats = dict.fromkeys(("cycle_count", *COUNTERS), 0)
+        self.last_outcome: RunOutcome | None = None
+
+    # -- hooks
+    def _instruction_words(self, insn_phys: int, insn_count: int):
+        """The (n, 2) uint64 stream about to run (checked against the allocations)."""
+        raise NotImplementedError
+
+    def _before_run(self) -> None:
+        """Anything to do after the stream is in memory and before START."""
+
+    def _after_run(self) -> None:
+        """Anything to do once the core is idle again."""
+
+    def _memory_for_diagnosis(self) -> Any:
+        """An object with ``check(phys, nbytes, what, index)`` to word DRAM errors like fsim, or None."""
+        return None
+
+    def _hard_reset(self) -> None:
+        raise DeviceError("the VTA core does not stop after ABORT; reload the bitstream (program_fpga) to reset it")
+
+    # -- Device protocol (run, stats)
+    def stats(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    def clear_stats(self) -> None:
+        self._stats = dict.fromkeys(self._stats, 0)
+
+    def run(self, insn_phys: int, insn_count: int, timeout: float | None = None) -> None:
+        insn_count = int(insn_count)
+        if insn_count <= 0:
+            raise MissingFinishError(f"cannot run {insn_count} instructions: a stream needs at least a FINISH")
+        words = self._instruction_words(insn_phys, insn_count)
+        self._before_run()
+        self.recover()
+        outcome = self.mmio.run(insn_phys, insn_count, timeout)
+        if outcome is None:
+            err = self.mmio.timeout_error(timeout, self.mmio.counters()["cycle_count"], insn_count, self.isa, words)
+            self.recover()
+            raise err
+        self.last_outcome = outcome
+        for k in COUNTERS:
+            self._stats[k] += outcome.counters[k]
+        self._stats["cycle_count"] += outcome.cycles
+        self._after_run()
+        self.mmio.raise_for(outcome, self.config, words, self._memory_for_diagnosis())
+
+    def recover(self) -> None:
+        """Bring a core that is still running (after a timeout) back to idle: ABORT, else a hard reset."""
+        if not self.mmio.busy():
+            return
+        self.mmio.abort()
+        for _ in range(self.ABORT_POLLS):
+            self.mmio.wait()
+            if not self.mmio.busy():
+                return
+        self._hard_reset()

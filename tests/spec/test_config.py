@@ -55,7 +55,7 @@ def test_derived_numbers_of_default_config():
 def test_ultra96_target_fields():
     c = load_config({**DEFAULT, "TARGET": "ultra96"})
     assert (c.fpga_device, c.fpga_family, c.fpga_freq, c.fpga_per, c.AXI_DATA_BITS, c.axi_prot_bits) == \
-        ("xczu3eg-sbva484-1-e", "zynq-ultrascale+", 333, 2, 128, "010")
+        ("xczu3eg-sbva484-1-i", "zynq-ultrascale+", 333, 2, 128, "010")
     assert (c.fetch_base_addr, c.store_base_addr) == (0xA0000000, 0xA0003000)
     assert c.MODEL == "ultra96_1x16_i8w8a32_15_15_18_17"
     assert [c.mem_bank(m)["axi_ratio"] for m in ("inp", "wgt", "out")] == [1, 8, 1]
@@ -142,7 +142,7 @@ def test_cli(capsys, tmp_path):
     path.write_text(json.dumps({**DEFAULT, "TARGET": "ultra96"}))
     assert vta_config(["--use-cfg", str(path), "--target", "--get-fpga-dev", "--get-fpga-freq",
                        "--get-fetch-base-addr", "--get-wgt-mem-axi-ratio"]) == 0
-    assert capsys.readouterr().out.split() == ["ultra96", "xczu3eg-sbva484-1-e", "333", "0xA0000000", "8"]
+    assert capsys.readouterr().out.split() == ["ultra96", "xczu3eg-sbva484-1-i", "333", "0xA0000000", "8"]
     assert vta_config(["--cfg-json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert {k: got[k] for k in KEYS} == load_config().cfg_dict and got["LOG_OUT_BUFF_SIZE"] == 15

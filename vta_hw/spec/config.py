@@ -64,7 +64,7 @@ _PYNQ = {
 }
 _ULTRA96 = {
     **_PYNQ,
-    "fpga_device": "xczu3eg-sbva484-1-e",
+    "fpga_device": "xczu3eg-sbva484-1-i",  # Ultra96-V2 (V1 was -1-e)
     "fpga_family": "zynq-ultrascale+",
     "fpga_freq": 333,
     "fpga_per": 2,
