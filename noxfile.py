@@ -67,3 +67,10 @@ def verilog(session: nox.Session) -> None:
     """Write the core's Verilog for the configured target: ``nox -s verilog -- [--config F] [--out F]``."""
     _install(session)
     session.run("python", "-m", "vta_hw.verilog", *session.posargs)
+
+
+@nox.session
+def bitstream(session: nox.Session) -> None:
+    """Board build plan (Verilog, constraints, Vivado Tcl, zip, utilization); runs Vivado if found."""
+    _install(session)
+    session.run("python", "-m", "boards.flow", *session.posargs)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from vta_hw.spec import Config, ConfigError, load_config
 from vta_hw.synth import DEVICES, run_yosys, summarise
+from vta_hw.verilog import strip_zero_init
 
 from .platforms import BOARDS, Board, board_for
 from .zynq import TOPS
@@ -65,6 +66,9 @@ def make_plan(board: Board, cfg: Config, out: Path, progress=_say) -> dict:
     platform = board.platform()
     top = TOPS[board.family](cfg)
     plan = platform.build(top, name=TOP_NAME, do_build=False)
+    for name in (f"{TOP_NAME}.v", f"{TOP_NAME}.debug.v"):   # megabytes of all-zero memory initialisers
+        if name in plan.files:
+            plan.files[name] = strip_zero_init(plan.files[name])
     vivado = out / "vivado"
     if vivado.exists():
         shutil.rmtree(vivado)
@@ -84,11 +88,9 @@ def make_plan(board: Board, cfg: Config, out: Path, progress=_say) -> dict:
     return desc
 
 
-def utilization(board: Board, out: Path, progress=_say) -> dict:
-    """yosys estimate of the whole top (PS black box) against the device; raises FlowError if it does not fit."""
-    family = FAMILY_OF[board.family]
-    dev = DEVICES[family]
-    cells = run_yosys(out / "vivado" / f"{TOP_NAME}.v", family, out / "yosys", progress, top=TOP_NAME)
+def fit_report(board: Board, cells: dict[str, int]) -> tuple[dict, str, list[str]]:
+    """(summary, report text, resources over capacity) of synthesised cells on the board's device."""
+    dev = DEVICES[FAMILY_OF[board.family]]
     s = summarise(cells, dev)
     rows = [("LUT", s["luts"], dev.luts), ("FF", s["ffs"], dev.ffs), ("BRAM36", s["bram36"], dev.bram36),
             (dev.dsp_cell, s["dsps"], dev.dsps)]
@@ -99,7 +101,15 @@ def utilization(board: Board, out: Path, progress=_say) -> dict:
         text.append(f"{name:<10} {used:>10,.0f} {cap:>10,} {100 * used / cap:>5.0f}%")
         if used > cap:
             over.append(f"{name} {used:,.0f} > {cap:,}")
-    report = "\n".join(text) + "\n"
+    return s, "\n".join(text) + "\n", over
+
+
+def utilization(board: Board, out: Path, progress=_say) -> dict:
+    """yosys estimate of the whole top (PS black box) against the device; raises FlowError if it does not fit."""
+    family = FAMILY_OF[board.family]
+    dev = DEVICES[family]
+    cells = run_yosys(out / "vivado" / f"{TOP_NAME}.v", family, out / "yosys", progress, top=TOP_NAME)
+    s, report, over = fit_report(board, cells)
     (out / "utilization.txt").write_text(report)
     (out / "utilization.json").write_text(json.dumps({"cells": cells, "summary": s}, indent=2) + "\n")
     progress(report.rstrip())

@@ -59,10 +59,15 @@ def _gp_master_ports(m: Module, port, bridge: AxiToLite, aclk) -> dict:
     return args
 
 
-def _hp_slave_ports(core: VtaCore, port, write_id: int, clocks: dict) -> dict:
-    """Instance arguments that connect the core's AXI master to the PS's coherent slave port."""
+def _hp_slave_ports(m: Module, core: VtaCore, port, clocks: dict) -> dict:
+    """Instance arguments that connect the core's AXI master to the PS's coherent slave port.
+
+    The core routes read data and write responses by AXI ID, so RID and BID come back whole
+    (the PS echoes the IDs the core sent, which fit in the core's ID width)."""
     p, addr_bits, id_bits, len_bits, size_bits, lock_bits, user_bits, axi3 = port
     args = dict(clocks)
+    rid, bid = Signal(id_bits, name=f"{p.lower()}_rid"), Signal(id_bits, name=f"{p.lower()}_bid")
+    m.d.comb += [core.m_axi_rid.eq(rid), core.m_axi_bid.eq(bid)]
     for ch in ("AW", "AR"):
         lc = ch.lower()
 
@@ -80,14 +85,14 @@ def _hp_slave_ports(core: VtaCore, port, write_id: int, clocks: dict) -> dict:
     args.update({
         f"i_{p}WDATA": core.m_axi_wdata, f"i_{p}WSTRB": core.m_axi_wstrb, f"i_{p}WLAST": core.m_axi_wlast,
         f"i_{p}WVALID": core.m_axi_wvalid, f"o_{p}WREADY": core.m_axi_wready,
-        f"o_{p}BID": Signal(id_bits, name=f"{p.lower()}_bid"), f"o_{p}BRESP": core.m_axi_bresp,
+        f"o_{p}BID": bid, f"o_{p}BRESP": core.m_axi_bresp,
         f"o_{p}BVALID": core.m_axi_bvalid, f"i_{p}BREADY": core.m_axi_bready,
-        f"o_{p}RID": Signal(id_bits, name=f"{p.lower()}_rid"), f"o_{p}RDATA": core.m_axi_rdata,
+        f"o_{p}RID": rid, f"o_{p}RDATA": core.m_axi_rdata,
         f"o_{p}RRESP": core.m_axi_rresp, f"o_{p}RLAST": core.m_axi_rlast, f"o_{p}RVALID": core.m_axi_rvalid,
         f"i_{p}RREADY": core.m_axi_rready,
     })
     if axi3:
-        args[f"i_{p}WID"] = C(write_id, id_bits)   # the core writes with one ID, in order
+        args[f"i_{p}WID"] = C(core.write_id, id_bits)   # the core writes with one ID, in order
     return args
 
 
@@ -135,7 +140,7 @@ class Zynq7Top(_ZynqTop):
         m.d.comb += irq[0].eq(self.core.irq)
         ps_args = {"o_FCLKCLK": fclk, "o_FCLKRESETN": fclk_rstn, "i_IRQF2P": irq}
         ps_args.update(_gp_master_ports(m, PS7_GP0, self.bridge, ClockSignal("sync")))
-        ps_args.update(_hp_slave_ports(self.core, PS7_ACP, self.core.write_id, {"i_SAXIACPACLK": ClockSignal("sync")}))
+        ps_args.update(_hp_slave_ports(m, self.core, PS7_ACP, {"i_SAXIACPACLK": ClockSignal("sync")}))
         m.submodules.ps7 = Instance("PS7", **ps_args)
         return m
 
@@ -160,7 +165,7 @@ class ZynqMPTop(_ZynqTop):
         m.d.comb += irq[0].eq(self.core.irq)
         ps_args = {"o_PLCLK": plclk, "o_EMIOGPIOO": emio, "i_PLPSIRQ0": irq}
         ps_args.update(_gp_master_ports(m, PS8_HPM0, self.bridge, ClockSignal("sync")))
-        ps_args.update(_hp_slave_ports(self.core, PS8_HPC0, self.core.write_id,
+        ps_args.update(_hp_slave_ports(m, self.core, PS8_HPC0,
                                        {"i_SAXIGP0RCLK": ClockSignal("sync"), "i_SAXIGP0WCLK": ClockSignal("sync")}))
         m.submodules.ps8 = Instance("PS8", **ps_args)
         return m

@@ -9,6 +9,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from . import ext_dev
+from .bitstream import download_bitstream, get_bitstream_path, install_bitstream
 from .build_module import build, build_config, lower
 from .environment import DevContext, Environment, get_env
 from .transform import VTACompileError
@@ -21,6 +22,8 @@ except Exception as exc:   # noqa: BLE001 - compiling still works; running needs
                   RuntimeWarning, stacklevel=2)
 
 from . import top, testing  # noqa: E402,I001
+from .rpc_client import program_fpga, reconfig_runtime  # noqa: E402
 
-__all__ = ["DevContext", "Environment", "VTACompileError", "build", "build_config", "ext_dev", "get_env", "lower",
-           "testing", "top"]
+__all__ = ["DevContext", "Environment", "VTACompileError", "build", "build_config", "download_bitstream", "ext_dev",
+           "get_bitstream_path", "get_env", "install_bitstream", "lower", "program_fpga", "reconfig_runtime", "testing",
+           "top"]

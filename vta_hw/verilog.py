@@ -37,7 +37,7 @@ def source_hash() -> str:
     return h.hexdigest()[:16]
 
 
-_ZERO_INIT = re.compile(r"  initial begin\n(?:    \w+\[\d+\] = \d+'h0+;\n)+  end\n")
+_ZERO_INIT = re.compile(r"  initial begin\n(?:    \w+\[\d+\] = \d+'[hdb]0+;\n)+  end\n")
 
 
 def strip_zero_init(text: str) -> str:

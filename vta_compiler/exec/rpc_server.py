@@ -1,7 +1,7 @@
 """The VTA RPC server, run on a board (or beside a simulator):
 
     python -m vta_compiler.exec.rpc_server [--host 127.0.0.1] [--port 9091] [--port-end 9199]
-                                          [--key vta] [--tracker HOST:PORT] [--config PATH]
+                                          [--tracker HOST:PORT [--key KEY]] [--config PATH]
 
 It is TVM's ``rpc.Server`` plus the VTA pieces: the runtime's global functions, the ``ext_dev``
 device API, and
@@ -97,7 +97,7 @@ class ServerState:
     def status(self) -> str:
         bit = json.loads(self.bitstream_path.read_text()) if self.bitstream_path.exists() else None
         return json.dumps({"config": self.config().cfg_dict, "model": self.config().MODEL, "bitstream": bit,
-                           "pid": os.getpid()})
+                           "server": str(self.dir), "pid": os.getpid()})
 
 
 def server_init(state_dir: str) -> None:
@@ -122,9 +122,13 @@ def make_state_dir(config: str | None, state_dir: str | None = None) -> str:
     return str(d)
 
 
-def start_server(host: str = "127.0.0.1", port: int = 9091, port_end: int = 9199, key: str = "vta",
+def start_server(host: str = "127.0.0.1", port: int = 9091, port_end: int = 9199, key: str | None = None,
                  tracker: str | None = None, config: str | None = None, state_dir: str | None = None):
-    """Start a TVM RPC server with the VTA functions; returns the ``tvm.rpc.Server``."""
+    """Start a TVM RPC server with the VTA functions; returns the ``tvm.rpc.Server``.
+
+    ``key``: what the server announces to the tracker; default: the configuration's TARGET (the key
+    ``vta.testing.run`` requests). Without a tracker the default is no key, so ``rpc.connect(host,
+    port)`` reaches the server directly."""
     import functools
 
     from tvm import rpc
@@ -134,6 +138,8 @@ def start_server(host: str = "127.0.0.1", port: int = 9091, port_end: int = 9199
         h, p = tracker.rsplit(":", 1)
         tracker_addr = (h, int(p))
     sdir = make_state_dir(config, state_dir)
+    if key is None:
+        key = load_config(config).TARGET if tracker_addr else ""
     return rpc.Server(host, port, port_end, key=key, tracker_addr=tracker_addr,
                       server_init_callback=functools.partial(server_init, sdir))
 
@@ -144,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
     p.add_argument("--port", type=int, default=9091)
     p.add_argument("--port-end", type=int, default=9199)
-    p.add_argument("--key", default="vta", help="key announced to the tracker")
+    p.add_argument("--key", help="key announced to the tracker (default: the configuration's TARGET)")
     p.add_argument("--tracker", help="HOST:PORT of a TVM RPC tracker to register with")
     p.add_argument("--config", help="configuration file (default: $VTA_CONFIG or the repository's)")
     p.add_argument("--state-dir", help="where the server keeps its configuration (default: a new temp dir)")
@@ -156,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"rpc_server: error: {exc}", file=sys.stderr)
         return 2
-    print(f"VTA RPC server listening on {args.host}:{server.port} (key {args.key})", flush=True)
+    print(f"VTA RPC server listening on {args.host}:{server.port}", flush=True)
 
     def stop(*_):
         server.terminate()

@@ -10,22 +10,41 @@ import vta_runtime
 
 from ..environment import SIMULATED_TARGETS, get_env
 
+#: How long a tracker request may wait for a free board.
+TRACKER_TIMEOUT_S = 600
 
-def run(fn: Callable[[Any, Any], Any]) -> Any:
-    """Run ``fn(env, remote)``.
 
-    sim / tsim: ``remote`` is a local RPC session (``remote.ext_dev(0)`` is the simulated device:
-    fsim or the Verilated core, opened by the runtime from env.TARGET). Boards: an RPC session to
-    ``$VTA_RPC_HOST:$VTA_RPC_PORT`` (the board's server runs the same runtime on its driver).
+def remote_session(env: Any = None):
+    """A session on the device env.TARGET names.
+
+    * sim / tsim: a local RPC session (the simulated device opened by the runtime from env.TARGET),
+      or ``127.0.0.1:$VTA_LOCAL_SIM_RPC`` if that is set (a local server, e.g. for isolation);
+    * boards: a board from the TVM RPC tracker at ``$TVM_TRACKER_HOST:$TVM_TRACKER_PORT`` (key =
+      TARGET, so a farm of boards is served by TVM's own tracker), else the server at
+      ``$VTA_RPC_HOST:$VTA_RPC_PORT``.
     """
     from tvm import rpc
-    env = get_env()
+    env = env or get_env()
     if env.TARGET in SIMULATED_TARGETS:
+        port = os.environ.get("VTA_LOCAL_SIM_RPC")
+        if port:
+            return rpc.connect("127.0.0.1", int(port))
         cq = vta_runtime.command_handle()
-        if cq.config.TARGET != env.TARGET or cq.config != env.config:
+        if cq.config != env.config:
             vta_runtime.set_command_queue(vta_runtime.CommandQueue(vta_runtime.open_device(env.config)))
-        return fn(env, rpc.LocalSession())
+        return rpc.LocalSession()
+    thost, tport = os.environ.get("TVM_TRACKER_HOST"), os.environ.get("TVM_TRACKER_PORT")
+    if thost and tport:
+        tracker = rpc.connect_tracker(thost, int(tport))
+        return tracker.request(env.TARGET, priority=0, session_timeout=TRACKER_TIMEOUT_S)
     host, port = os.environ.get("VTA_RPC_HOST"), os.environ.get("VTA_RPC_PORT")
     if not host or not port:
-        raise RuntimeError(f"TARGET={env.TARGET}: set VTA_RPC_HOST and VTA_RPC_PORT to the board's RPC server")
-    return fn(env, rpc.connect(host, int(port)))
+        raise RuntimeError(f"TARGET={env.TARGET}: set TVM_TRACKER_HOST/TVM_TRACKER_PORT (a tracker with "
+                           f"{env.TARGET!r} boards) or VTA_RPC_HOST/VTA_RPC_PORT (one board's RPC server)")
+    return rpc.connect(host, int(port))
+
+
+def run(fn: Callable[[Any, Any], Any]) -> Any:
+    """Run ``fn(env, remote)`` with :func:`remote_session`."""
+    env = get_env()
+    return fn(env, remote_session(env))

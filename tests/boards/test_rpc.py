@@ -1,0 +1,182 @@
+"""RPC deployment on loopback: VTA RPC servers (simulated device) serving clients that compile with
+vta.build, upload and run remotely; reconfig_runtime and program_fpga round trips; a tracker with
+two servers; a bad configuration pushed over RPC is refused and the server keeps serving."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+tvm = pytest.importorskip("tvm")
+from tvm import rpc  # noqa: E402
+
+import vta_compiler as vta  # noqa: E402
+from vta_compiler.bitstream import file_digest, install_bitstream  # noqa: E402
+from vta_compiler.testing.reference import conv2d_reference  # noqa: E402
+from vta_compiler.top import Conv2DTiling, Conv2DWorkload, conv2d_layer, schedule_conv2d_packed  # noqa: E402
+from vta_compiler.top import packing as P  # noqa: E402
+from vta_hw.spec import load_config  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+WKL = Conv2DWorkload(1, 8, 8, 32, 32, 3, 3, 1, 1, 1, 1)
+TILING = Conv2DTiling(2, 4, 8, 1, 2, 1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``python -m vta_compiler.exec.rpc_server`` in a subprocess."""
+
+    def __init__(self, tmp: Path, *extra: str):
+        self.port = free_port()
+        self.state = tmp / f"state-{self.port}"
+        self.log = open(tmp / f"server-{self.port}.log", "w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vta_compiler.exec.rpc_server", "--port", str(self.port), "--port-end",
+             str(self.port + 1), "--state-dir", str(self.state), *extra],
+            cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + 120
+        while "listening" not in Path(self.log.name).read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("RPC server did not start:\n" + Path(self.log.name).read_text())
+            time.sleep(0.2)
+
+    def call(self, fn, *args):
+        """``fn(remote, *args)`` in a new session, closed before returning.
+
+        TVM's server serves one session at a time: it accepts the next connection only when the
+        current session's client has gone (or its session timeout has passed), so a test must
+        drop every object of a session before opening the next one."""
+        remote = rpc.connect("127.0.0.1", self.port, session_timeout=120)
+        try:
+            return fn(remote, *args)
+        finally:
+            del remote
+            gc.collect()
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("rpc"))
+    yield s
+    s.stop()
+
+
+def compile_conv(tmp: Path, env) -> Path:
+    with env:
+        sch = schedule_conv2d_packed(conv2d_layer(WKL, env), TILING, env=env)
+        path = tmp / f"conv_{env.config.hash()}.so"
+        vta.build(sch).export_library(str(path))
+    return path
+
+
+def run_conv_remote(remote, lib: Path, env, seed: int = 0) -> bool:
+    remote.upload(str(lib))
+    f = remote.load_module(lib.name)
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, (1, WKL.in_filter, WKL.height, WKL.width), dtype=np.int8)
+    w = rng.integers(-128, 128, (WKL.out_filter, WKL.in_filter, 3, 3), dtype=np.int8)
+    b = rng.integers(-(1 << 14), 1 << 14, (WKL.out_filter,), dtype=np.int32)
+    dev = remote.ext_dev(0)
+    args = [P.pack_nchw(x, env.BATCH, env.BLOCK_IN), P.pack_oihw(w, env.BLOCK_OUT, env.BLOCK_IN),
+            P.pack_bias_conv(b, 1, env.BATCH, env.BLOCK_OUT)]
+    out = tvm.runtime.empty((1, WKL.out_filter // env.BLOCK_OUT, 8, 8, env.BATCH, env.BLOCK_OUT), "int8",
+                            device=dev)
+    f(*[tvm.runtime.tensor(a, device=dev) for a in args], out)
+    got = P.unpack_nchw(out.numpy())[:1]
+    return bool(np.array_equal(got, conv2d_reference(x, w, b, (1, 1), (1, 1), 8)))
+
+
+def status(remote) -> dict:
+    return json.loads(remote.get_function("tvm.contrib.vta.status")())
+
+
+def test_compile_upload_run_remotely(server, tmp_path):
+    env = vta.get_env()
+    lib = compile_conv(tmp_path, env)
+    assert server.call(run_conv_remote, lib, env)
+    assert server.call(status)["model"] == env.MODEL
+
+
+def test_program_fpga_round_trip(server, tmp_path, monkeypatch):
+    bit = tmp_path / "vta.bit"
+    bit.write_bytes(os.urandom(4096))
+    assert "TARGET sim has no FPGA: recorded vta.bit" in server.call(vta.program_fpga, str(bit))
+    assert server.call(status)["bitstream"] == {"name": "vta.bit", "sha256": file_digest(bit)}
+    # default: the cached bitstream for the configuration
+    monkeypatch.setenv("VTA_CACHE_PATH", str(tmp_path / "cache"))
+    monkeypatch.delenv("VTA_BITSTREAM_URL", raising=False)
+    with pytest.raises(vta.bitstream.BitstreamError, match="no bitstream download location is configured"):
+        server.call(vta.program_fpga)
+    cached = install_bitstream(bit, load_config())
+    assert f"recorded {Path(cached).name}" in server.call(vta.program_fpga)
+
+
+def push(remote, cfg_dict):
+    return remote.get_function("tvm.contrib.vta.reconfig_runtime")(json.dumps(cfg_dict))
+
+
+def test_reconfig_runtime_round_trip_and_refusal(server, tmp_path):
+    env = vta.get_env()
+    assert server.call(vta.reconfig_runtime) == f"unchanged: {env.MODEL}"
+    new = vta.Environment(env.config.replace(LOG_ACC_BUFF_SIZE=16, LOG_UOP_BUFF_SIZE=13))
+    assert server.call(vta.reconfig_runtime, new) == f"reconfigured: {env.MODEL} -> {new.MODEL}"
+    assert server.call(status)["model"] == new.MODEL            # a new session sees the new configuration ...
+    assert server.call(run_conv_remote, compile_conv(tmp_path, new), new, 3)   # ... and runs code built for it
+    bad = dict(new.config.cfg_dict, LOG_BLOCK=9)
+    with pytest.raises(Exception, match=r"LOG_BLOCK=9 is out of range: it must be between 1 and 6"):
+        server.call(push, bad)
+    with pytest.raises(Exception, match="TARGET 'sim'; a client built for 'ultra96' cannot use it"):
+        server.call(push, env.config.replace(TARGET="ultra96").cfg_dict)
+    assert server.call(status)["model"] == new.MODEL            # the server keeps serving, last good config
+    assert server.call(vta.reconfig_runtime, env).startswith("reconfigured")
+    assert server.call(run_conv_remote, compile_conv(tmp_path, env), env, 4)
+
+
+def test_tracker_with_two_servers(tmp_path):
+    from tvm.rpc.tracker import Tracker
+
+    port = free_port()
+    tracker = Tracker(host="127.0.0.1", port=port, port_end=port + 20, silent=True)
+    servers = []
+    try:
+        servers = [Server(tmp_path, "--tracker", f"127.0.0.1:{tracker.port}", "--key", "sim") for _ in range(2)]
+        client = rpc.connect_tracker("127.0.0.1", tracker.port)
+        deadline = time.monotonic() + 60
+        while "sim" not in client.summary()["queue_info"] or \
+                client.summary()["queue_info"]["sim"]["free"] < 2:
+            assert time.monotonic() < deadline, client.summary()
+            time.sleep(0.5)
+        env = vta.get_env()
+        lib = compile_conv(tmp_path, env)
+        a = client.request("sim", session_timeout=120)    # two sessions at once: one on each server
+        b = client.request("sim", session_timeout=120)
+        assert status(a)["server"] != status(b)["server"], "both sessions landed on the same server"
+        assert run_conv_remote(a, lib, env, seed=1) and run_conv_remote(b, lib, env, seed=2)
+        del a, b
+        gc.collect()
+    finally:
+        for s in servers:
+            s.stop()
+        tracker.terminate()
