@@ -23,6 +23,14 @@ try:
         DEVICES["tsim"] = TsimDevice
 except ImportError:  # amaranth not installed: fsim only
     pass
+if os.environ.get("VTA_TEST_BOARD"):  # on a board: VTA_TEST_BOARD=pynq|ultra96 adds the programmed core
+    from boards.driver import BoardDevice
+    from vta_hw.spec import load_config
+
+    def _board_device(config=None, **kwargs):
+        cfg = load_config(config)
+        return BoardDevice(cfg.replace(TARGET=os.environ["VTA_TEST_BOARD"]), **kwargs)
+    DEVICES["board"] = _board_device
 DEFAULT_CFG = json.loads(DEFAULT_CONFIG_PATH.read_text())
 
 

@@ -57,6 +57,7 @@ def board():
 
 
 def test_board_device_runs_programs(board):
+    board.clear_stats()
     cq = CommandQueue(board)
     rng = np.random.default_rng(5)
     a = rng.integers(-128, 128, (8, 128), dtype=np.int8)

@@ -9,9 +9,8 @@ import random
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
-from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteRam, AxiMaster
-
 from cocotb_common import pauses
+from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteRam, AxiMaster
 
 DATA_BITS = int(os.environ["BRIDGE_DATA_BITS"])
 MAX_BURST = int(os.environ["BRIDGE_MAX_BURST"])
