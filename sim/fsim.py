@@ -39,12 +39,12 @@ from vta_runtime.errors import (
     SramIndexError,
 )
 
-from .memory import DEFAULT_DRAM_BYTES, SimulatedDram
+from .memory import DEFAULT_DRAM_BYTES, SimulatedDram, SimulatedMemoryDevice
 
 COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes",
             "gemm_counter", "alu_counter")
 
-class FsimDevice:
+class FsimDevice(SimulatedMemoryDevice):
     """Functional simulator implementing the ``vta_runtime.Device`` protocol."""
 
     def __init__(self, config: Config | dict[str, Any] | str | None = None, *, dram_bytes: int = DEFAULT_DRAM_BYTES):
@@ -77,18 +77,6 @@ class FsimDevice:
         self._stats = dict.fromkeys(COUNTERS, 0)
 
     # ------------------------------------------------------------------ Device protocol
-    def alloc(self, nbytes: int) -> int:
-        return self.dram.alloc(nbytes)
-
-    def free(self, phys: int) -> None:
-        self.dram.free(phys)
-
-    def write(self, phys: int, data: bytes | np.ndarray) -> None:
-        self.dram.write(phys, data)
-
-    def read(self, phys: int, nbytes: int) -> bytes:
-        return self.dram.read(phys, nbytes)
-
     def stats(self) -> dict[str, int]:
         return dict(self._stats)
 

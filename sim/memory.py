@@ -47,3 +47,21 @@ class SimulatedDram:
     def elements(self, dtype: np.dtype | str, lanes: int) -> np.ndarray:
         """The arena viewed as elements of ``lanes`` values of ``dtype`` (element i at byte i*elem_bytes)."""
         return self.data.view(dtype).reshape(-1, lanes)
+
+
+class SimulatedMemoryDevice:
+    """The memory half of the Device protocol for devices whose memory is a ``SimulatedDram`` (``self.dram``)."""
+
+    dram: SimulatedDram
+
+    def alloc(self, nbytes: int) -> int:
+        return self.dram.alloc(nbytes)
+
+    def free(self, phys: int) -> None:
+        self.dram.free(phys)
+
+    def write(self, phys: int, data: bytes | np.ndarray) -> None:
+        self.dram.write(phys, data)
+
+    def read(self, phys: int, nbytes: int) -> bytes:
+        return self.dram.read(phys, nbytes)

@@ -33,7 +33,7 @@ from vta_hw.spec import Config, load_config
 from vta_runtime.errors import DeviceError
 from vta_runtime.mmio import RegisterDevice
 
-from .memory import DEFAULT_DRAM_BYTES, SimulatedDram
+from .memory import DEFAULT_DRAM_BYTES, SimulatedDram, SimulatedMemoryDevice
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "tsim_harness.cpp"
@@ -193,7 +193,7 @@ def _load(lib_path: Path) -> ctypes.CDLL:
         return lib
 
 
-class TsimDevice(RegisterDevice):
+class TsimDevice(SimulatedMemoryDevice, RegisterDevice):
     """The Verilated VTA core as a ``Device``; the run sequence is ``vta_runtime.mmio.RegisterDevice``."""
 
     def __init__(self, config: Config | dict[str, Any] | str | None = None, *, dram_bytes: int = DEFAULT_DRAM_BYTES,
@@ -224,18 +224,6 @@ class TsimDevice(RegisterDevice):
         self.lib.tsim_run(self._live(), RUN_CHUNK)
 
     # ------------------------------------------------------------------ Device protocol
-    def alloc(self, nbytes: int) -> int:
-        return self.dram.alloc(nbytes)
-
-    def free(self, phys: int) -> None:
-        self.dram.free(phys)
-
-    def write(self, phys: int, data: bytes | np.ndarray) -> None:
-        self.dram.write(phys, data)
-
-    def read(self, phys: int, nbytes: int) -> bytes:
-        return self.dram.read(phys, nbytes)
-
     def cycles(self) -> int:
         """Clock cycles simulated since the device was opened."""
         return int(self.lib.tsim_cycle(self._live()))

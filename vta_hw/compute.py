@@ -16,29 +16,11 @@ from vta_hw.spec import MemType, Opcode
 from vta_hw.spec.regmap import DmaClient, ErrorCode
 
 from .axi import ReadClientSignature
+from .cmdproc import drive_status, latch_error, module_status_members
 from .layouts import INDEX_BITS
 from .sram import Sram, SramReadSignature, SramWriteSignature
 from .tensor_compute import TensorCompute
 from .tensor_load import TensorLoad
-
-
-def module_status_members() -> dict:
-    """Status outputs shared by load, compute and store."""
-    return {
-        "quiet": Out(1),       # can do nothing until some other module acts
-        "holding": Out(1),     # has an instruction it has not retired (executing or waiting)
-        "head_valid": Out(1),  # an instruction is held or queued: head_index is its index
-        "head_index": Out(INDEX_BITS),
-        "retired": Out(INDEX_BITS),   # index of the last retired instruction + 1
-        "busy": Out(1),
-        "stall": Out(1),
-        "dma_active": Out(1),
-        "error": Out(1),
-        "error_code": Out(8),
-        "error_detail": Out(8),
-        "error_info": Out(32),
-        "error_index": Out(INDEX_BITS),
-    }
 
 
 class Compute(wiring.Component):
@@ -149,16 +131,9 @@ class Compute(wiring.Component):
                     with m.If(op == Opcode.FINISH):
                         m.d.sync += self.finished.eq(1)
 
-        holding = state != IDLE
+        drive_status(m, self, idle=state == IDLE, waiting=(state == WAIT) & waiting, index=index, dma_idle=dma_idle,
+                     halt=halt, done=self.finished, engines_idle=~tc.busy)
         m.d.comb += [
-            self.holding.eq(holding),
-            self.head_valid.eq(holding | self.cmd.valid),
-            self.head_index.eq(Mux(holding, index, self.cmd.payload.index)),
-            self.busy.eq(holding & ~((state == WAIT) & waiting)),
-            self.stall.eq((state == WAIT) & waiting),
-            self.dma_active.eq(~dma_idle),
-            self.quiet.eq(dma_idle & ~tc.busy & (((state == IDLE) & (~self.cmd.valid | self.finished | halt))
-                                                  | ((state == WAIT) & waiting & ~halt))),
             self.uop_elem.eq(uop_load.data_elem), self.acc_elem.eq(acc_load.data_elem),
             self.gemm_uop.eq(tc.gemm_uop), self.alu_uop.eq(tc.alu_uop),
             self.gemm_active.eq(tc.gemm_active), self.alu_active.eq(tc.alu_active),
@@ -166,12 +141,8 @@ class Compute(wiring.Component):
         # errors (sticky until the next START resets the module)
         with m.If(~self.error):
             with m.If(tc.error):
-                m.d.sync += [self.error.eq(1), self.error_code.eq(ErrorCode.INDEX_RANGE),
-                             self.error_detail.eq(tc.error_operand), self.error_info.eq(tc.error_value),
-                             self.error_index.eq(index)]
+                latch_error(m, self, ErrorCode.INDEX_RANGE, tc.error_operand, tc.error_value, index)
             with m.Elif(uop_load.error | acc_load.error):
-                m.d.sync += [self.error.eq(1), self.error_code.eq(ErrorCode.DRAM_ACCESS),
-                             self.error_detail.eq(Mux(uop_load.error, DmaClient.UOP, DmaClient.ACC)),
-                             self.error_info.eq(Mux(uop_load.error, uop_load.error_addr, acc_load.error_addr)),
-                             self.error_index.eq(index)]
+                latch_error(m, self, ErrorCode.DRAM_ACCESS, Mux(uop_load.error, DmaClient.UOP, DmaClient.ACC),
+                            Mux(uop_load.error, uop_load.error_addr, acc_load.error_addr), index)
         return m

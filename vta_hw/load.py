@@ -14,7 +14,7 @@ from vta_hw.spec import MemType
 from vta_hw.spec.regmap import DmaClient, ErrorCode
 
 from .axi import ReadClientSignature
-from .compute import module_status_members
+from .cmdproc import drive_status, latch_error, module_status_members
 from .layouts import INDEX_BITS
 from .sram import SramWriteSignature
 from .tensor_load import TensorLoad
@@ -89,20 +89,9 @@ class Load(wiring.Component):
                     m.d.comb += self.l2g_push.eq(mem.push_next_dep)
                     m.d.sync += [self.retired.eq(index + 1), state.eq(IDLE)]
 
-        holding = state != IDLE
-        m.d.comb += [
-            self.holding.eq(holding),
-            self.head_valid.eq(holding | self.cmd.valid),
-            self.head_index.eq(Mux(holding, index, self.cmd.payload.index)),
-            self.busy.eq(holding & ~((state == WAIT) & waiting)),
-            self.stall.eq((state == WAIT) & waiting),
-            self.dma_active.eq(~dma_idle),
-            self.quiet.eq(dma_idle & (((state == IDLE) & (~self.cmd.valid | halt))
-                                      | ((state == WAIT) & waiting & ~halt))),
-        ]
+        drive_status(m, self, idle=state == IDLE, waiting=(state == WAIT) & waiting, index=index, dma_idle=dma_idle,
+                     halt=halt)
         with m.If(~self.error & (inp.error | wgt.error)):
-            m.d.sync += [self.error.eq(1), self.error_code.eq(ErrorCode.DRAM_ACCESS),
-                         self.error_detail.eq(Mux(inp.error, DmaClient.INP, DmaClient.WGT)),
-                         self.error_info.eq(Mux(inp.error, inp.error_addr, wgt.error_addr)),
-                         self.error_index.eq(index)]
+            latch_error(m, self, ErrorCode.DRAM_ACCESS, Mux(inp.error, DmaClient.INP, DmaClient.WGT),
+                        Mux(inp.error, inp.error_addr, wgt.error_addr), index)
         return m

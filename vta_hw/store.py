@@ -8,14 +8,14 @@ g2s, push_prev gives s2g. A store with x_size = 0 only does its token work.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from vta_hw.spec.regmap import DmaClient, ErrorCode
 
 from .axi import WriteClientSignature
-from .compute import module_status_members
+from .cmdproc import drive_status, latch_error, module_status_members
 from .dma import WIDE_ADDR_BITS, DmaWriter, _log2
 from .layouts import INDEX_BITS
 from .sram import SramReadSignature
@@ -116,19 +116,8 @@ class Store(wiring.Component):
                     m.d.comb += self.s2g_push.eq(mem.push_prev_dep)
                     m.d.sync += [self.retired.eq(index + 1), state.eq(IDLE)]
 
-        holding = state != IDLE
-        m.d.comb += [
-            self.holding.eq(holding),
-            self.head_valid.eq(holding | self.cmd.valid),
-            self.head_index.eq(Mux(holding, index, self.cmd.payload.index)),
-            self.busy.eq(holding & ~((state == WAIT) & waiting)),
-            self.stall.eq((state == WAIT) & waiting),
-            self.dma_active.eq(~writer.idle),
-            self.quiet.eq(writer.idle & (((state == IDLE) & (~self.cmd.valid | halt))
-                                         | ((state == WAIT) & waiting & ~halt))),
-        ]
+        drive_status(m, self, idle=state == IDLE, waiting=(state == WAIT) & waiting, index=index,
+                     dma_idle=writer.idle, halt=halt)
         with m.If(~self.error & writer.error):
-            m.d.sync += [self.error.eq(1), self.error_code.eq(ErrorCode.DRAM_ACCESS),
-                         self.error_detail.eq(DmaClient.OUT), self.error_info.eq(writer.error_addr),
-                         self.error_index.eq(index)]
+            latch_error(m, self, ErrorCode.DRAM_ACCESS, DmaClient.OUT, writer.error_addr, index)
         return m

@@ -272,30 +272,33 @@ class CommandQueue:
 
     def _auto_flush(self) -> None:
         """Run what is queued so far; tokens still in flight are drained now and re-pushed afterwards."""
-        q = self.insn_queue
-        for st in (Stage.LOAD, Stage.COMPUTE, Stage.STORE):
-            q.commit_pending_pop(st)
-        carry = q.token_balance()
-        short = {k: -v for k, v in carry.items() if v < 0}
-        if short:
-            raise RuntimeUsageError(
-                "automatic flush impossible: the stream pops more tokens than it has pushed so far "
-                f"({', '.join(f'{k}: {v}' for k, v in short.items())})")
-        self._drain(carry)
-        self.synchronize(_drained=True)
+        carry = self._settle_tokens("automatic flush impossible")
+        self.synchronize(_settled=True)
         for qname, n in carry.items():
             producer, consumer = QUEUE_ENDS[qname]
             for _ in range(n):
-                q.dep_push(producer, consumer)
+                self.insn_queue.dep_push(producer, consumer)
 
-    def _drain(self, balance: Counter) -> None:
+    def _settle_tokens(self, what: str) -> Counter:
+        """Commit pending pops, refuse a stream that pops more than it pushes, and pop (drain) every
+        token still in flight so that the run ends balanced; returns what was drained."""
+        q = self.insn_queue
+        for st in (Stage.LOAD, Stage.COMPUTE, Stage.STORE):
+            q.commit_pending_pop(st)
+        balance = q.token_balance()
+        short = {k: -v for k, v in balance.items() if v < 0}
+        if short:
+            raise RuntimeUsageError(
+                f"{what}: the stream pops more tokens than it pushes, it would deadlock "
+                f"({', '.join(f'{k} short by {v}' for k, v in short.items())})")
         for qname, n in balance.items():
             producer, consumer = QUEUE_ENDS[qname]
             for _ in range(n):
-                self.insn_queue.dep_pop(producer, consumer)
-                self.insn_queue.commit_pending_pop(consumer)
+                q.dep_pop(producer, consumer)
+                q.commit_pending_pop(consumer)
+        return balance
 
-    def synchronize(self, timeout: float | None = None, *, _drained: bool = False) -> None:
+    def synchronize(self, timeout: float | None = None, *, _settled: bool = False) -> None:
         """Close the stream (FINISH), copy streams to device memory, run, and reset the queues."""
         q = self.insn_queue
         if self._recording is not None:
@@ -303,16 +306,8 @@ class CommandQueue:
         if self.debug_flags & DEBUG_FORCE_SERIAL:
             q.rewrite_force_serial()
         else:
-            if not _drained:
-                for st in (Stage.LOAD, Stage.COMPUTE, Stage.STORE):
-                    q.commit_pending_pop(st)
-                bal = q.token_balance()
-                short = {k: -v for k, v in bal.items() if v < 0}
-                if short:
-                    raise RuntimeUsageError(
-                        "synchronize: the stream pops more tokens than it pushes, it would deadlock "
-                        f"({', '.join(f'{k} short by {v}' for k, v in short.items())})")
-                self._drain(bal)
+            if not _settled:
+                self._settle_tokens("synchronize")
             q.dep_push(Stage.STORE, Stage.COMPUTE)
             q.dep_push(Stage.LOAD, Stage.COMPUTE)
             q.dep_pop(Stage.STORE, Stage.COMPUTE)
