@@ -170,6 +170,17 @@ def test_tiles_that_do_not_fit_on_chip():
                      msg), msg
 
 
+def test_no_tiling_fits_a_small_weight_buffer():
+    """A 7x7 kernel needs 49 weight blocks in the smallest tile; a 4 KiB WGT buffer holds 16."""
+    env = vta.get_env()
+    with vta.Environment(env.config.replace(LOG_WGT_BUFF_SIZE=12)) as small:
+        wkl = Conv2DWorkload(1, 14, 14, 16, 16, 7, 7, 3, 3, 1, 1)
+        with pytest.raises(VTACompileError, match=r"no tiling fits the on-chip buffers of "
+                           + re.escape(small.MODEL) + r": the smallest tile \(one block of every loop\) "
+                           r"needs WGT buffer elements 49 > 16$"):
+            vta.top.conv2d_tiling(wkl)
+
+
 def test_tiling_must_divide_the_shape():
     with pytest.raises(VTACompileError, match=r"5 does not divide the 14 output rows"):
         schedule_conv2d_packed(conv2d_layer(WKL), Conv2DTiling(1, 5, 14, 1))

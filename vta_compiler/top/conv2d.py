@@ -218,8 +218,18 @@ def conv2d_tiling(wkl: Conv2DWorkload, env: Environment | None = None) -> Conv2D
             if best_cost is None or cost < best_cost:
                 best, best_cost = t, cost
     if best is None:
-        raise VTACompileError(f"conv2d {wkl}: no tiling fits the on-chip buffers of {env.MODEL}")
+        raise VTACompileError(f"conv2d {wkl}: no tiling fits the on-chip buffers of {env.MODEL}: "
+                              + _smallest_tile_needs(env, wkl))
     return best
+
+
+def _smallest_tile_needs(env: Environment, wkl: Conv2DWorkload) -> str:
+    """What the smallest tile (one block of every loop) needs, beside each capacity it exceeds."""
+    needs = _sizes(env, wkl, Conv2DTiling())
+    limits = (env.INP_BUFF_DEPTH, env.WGT_BUFF_DEPTH, env.ACC_BUFF_DEPTH, kernel_uop_budget(env))
+    names = ("INP buffer elements", "WGT buffer elements", "ACC buffer elements", "GEMM kernel uops")
+    over = [f"{name} {need} > {limit}" for name, need, limit in zip(names, needs, limits) if need > limit]
+    return "the smallest tile (one block of every loop) needs " + ", ".join(over or ["more than fits"])
 
 
 # ------------------------------------------------------------------------------------------------ schedule
