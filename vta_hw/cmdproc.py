@@ -3,7 +3,7 @@ core's supervisor and the way they latch their first error."""
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Value
+from amaranth.hdl import Module, Mux, Signal, Value
 from amaranth.lib.wiring import Out
 
 from .layouts import INDEX_BITS
@@ -51,3 +51,44 @@ def latch_error(m: Module, unit, code: int, detail, info, index: Value) -> None:
     """Statements that record an error (the caller keeps the first one: guard with ``~unit.error``)."""
     m.d.sync += [unit.error.eq(1), unit.error_code.eq(code), unit.error_detail.eq(detail),
                  unit.error_info.eq(info), unit.error_index.eq(index)]
+
+
+def sequence_commands(m: Module, unit, *, insn: Value, index: Value, halt: Value, waiting: Value, skip: Value,
+                      done: Value, pop: list, start, push: list, accept: Value | int = 1):
+    """The in-order life of one instruction in a command processor.
+
+    Take it from ``unit.cmd`` (while ``accept``) into ``insn``/``index``; wait while ``waiting``
+    (its tokens are missing); then pop its tokens (the comb statements ``pop``) and call ``start()``
+    to add the statements that start its work, or go straight to the push if ``skip``; wait until
+    ``done``; push its tokens (the comb statements ``push``) and retire it. ``halt`` drops the
+    instruction at any step. Returns ``(idle, stalled, retiring)``: the first two for
+    :func:`drive_status`, ``retiring`` is high in the cycle the instruction retires."""
+    IDLE, WAIT, EXECUTING, PUSH = range(4)
+    state = Signal(range(4))
+    with m.Switch(state):
+        with m.Case(IDLE):
+            m.d.comb += unit.cmd.ready.eq(~halt & accept)
+            with m.If(unit.cmd.valid & unit.cmd.ready):
+                m.d.sync += [insn.eq(unit.cmd.payload.insn), index.eq(unit.cmd.payload.index), state.eq(WAIT)]
+        with m.Case(WAIT):
+            with m.If(halt):
+                m.d.sync += state.eq(IDLE)
+            with m.Elif(~waiting):
+                m.d.comb += pop
+                with m.If(skip):
+                    m.d.sync += state.eq(PUSH)
+                with m.Else():
+                    start()
+                    m.d.sync += state.eq(EXECUTING)
+        with m.Case(EXECUTING):
+            with m.If(halt):
+                m.d.sync += state.eq(IDLE)
+            with m.Elif(done):
+                m.d.sync += state.eq(PUSH)
+        with m.Case(PUSH):
+            with m.If(halt):
+                m.d.sync += state.eq(IDLE)
+            with m.Else():
+                m.d.comb += push
+                m.d.sync += [unit.retired.eq(index + 1), state.eq(IDLE)]
+    return state == IDLE, (state == WAIT) & waiting, (state == PUSH) & ~halt

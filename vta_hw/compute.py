@@ -16,7 +16,7 @@ from vta_hw.spec import MemType, Opcode
 from vta_hw.spec.regmap import DmaClient, ErrorCode
 
 from .axi import ReadClientSignature
-from .cmdproc import drive_status, latch_error, module_status_members
+from .cmdproc import drive_status, latch_error, module_status_members, sequence_commands
 from .layouts import INDEX_BITS
 from .sram import Sram, SramReadSignature, SramWriteSignature
 from .tensor_compute import TensorCompute
@@ -86,52 +86,23 @@ class Compute(wiring.Component):
         waiting = need_l2g | need_s2g
         dma_idle = uop_load.dma_idle & acc_load.dma_idle
 
-        IDLE, WAIT, LOADING, COMPUTING, PUSH = range(5)
-        state = Signal(range(5))
-        with m.Switch(state):
-            with m.Case(IDLE):
-                m.d.comb += self.cmd.ready.eq(~halt & ~self.finished)
-                with m.If(self.cmd.valid & self.cmd.ready):
-                    m.d.sync += [insn.eq(self.cmd.payload.insn), index.eq(self.cmd.payload.index), state.eq(WAIT)]
-            with m.Case(WAIT):
-                with m.If(halt):
-                    m.d.sync += state.eq(IDLE)
-                with m.Elif(~waiting):
-                    m.d.comb += [self.l2g_pop.eq(mem.pop_prev_dep), self.s2g_pop.eq(mem.pop_next_dep)]
-                    with m.If(op == Opcode.LOAD):
-                        with m.If(mem.x_size == 0):
-                            m.d.sync += state.eq(PUSH)
-                        with m.Elif(mem.memory_type == MemType.UOP):
-                            m.d.comb += uop_load.start.eq(1)
-                            m.d.sync += state.eq(LOADING)
-                        with m.Else():
-                            m.d.comb += acc_load.start.eq(1)
-                            m.d.sync += state.eq(LOADING)
-                    with m.Elif((op == Opcode.GEMM) | (op == Opcode.ALU)):
-                        m.d.comb += tc.start.eq(1)
-                        m.d.sync += state.eq(COMPUTING)
-                    with m.Else():  # FINISH
-                        m.d.sync += state.eq(PUSH)
-            with m.Case(LOADING):
-                with m.If(halt):
-                    m.d.sync += state.eq(IDLE)
-                with m.Elif(~uop_load.busy & ~acc_load.busy):
-                    m.d.sync += state.eq(PUSH)
-            with m.Case(COMPUTING):
-                with m.If(halt):
-                    m.d.sync += state.eq(IDLE)
-                with m.Elif(~tc.busy):
-                    m.d.sync += state.eq(PUSH)
-            with m.Case(PUSH):
-                with m.If(halt):
-                    m.d.sync += state.eq(IDLE)
-                with m.Else():
-                    m.d.comb += [self.g2l_push.eq(mem.push_prev_dep), self.g2s_push.eq(mem.push_next_dep)]
-                    m.d.sync += [self.retired.eq(index + 1), state.eq(IDLE)]
-                    with m.If(op == Opcode.FINISH):
-                        m.d.sync += self.finished.eq(1)
+        def start():
+            with m.If(op == Opcode.LOAD):
+                m.d.comb += [uop_load.start.eq(mem.memory_type == MemType.UOP),
+                             acc_load.start.eq(mem.memory_type != MemType.UOP)]
+            with m.Else():
+                m.d.comb += tc.start.eq(1)
 
-        drive_status(m, self, idle=state == IDLE, waiting=(state == WAIT) & waiting, index=index, dma_idle=dma_idle,
+        # loads of x_size 0 and FINISH only do their token work
+        works = Mux(op == Opcode.LOAD, mem.x_size != 0, (op == Opcode.GEMM) | (op == Opcode.ALU))
+        idle, stalled, retiring = sequence_commands(
+            m, self, insn=insn, index=index, halt=halt, waiting=waiting, skip=~works,
+            done=~uop_load.busy & ~acc_load.busy & ~tc.busy, start=start, accept=~self.finished,
+            pop=[self.l2g_pop.eq(mem.pop_prev_dep), self.s2g_pop.eq(mem.pop_next_dep)],
+            push=[self.g2l_push.eq(mem.push_prev_dep), self.g2s_push.eq(mem.push_next_dep)])
+        with m.If(retiring & (op == Opcode.FINISH)):
+            m.d.sync += self.finished.eq(1)
+        drive_status(m, self, idle=idle, waiting=stalled, index=index, dma_idle=dma_idle,
                      halt=halt, done=self.finished, engines_idle=~tc.busy)
         m.d.comb += [
             self.uop_elem.eq(uop_load.data_elem), self.acc_elem.eq(acc_load.data_elem),

@@ -14,7 +14,7 @@ from vta_hw.spec import MemType
 from vta_hw.spec.regmap import DmaClient, ErrorCode
 
 from .axi import ReadClientSignature
-from .cmdproc import drive_status, latch_error, module_status_members
+from .cmdproc import drive_status, latch_error, module_status_members, sequence_commands
 from .layouts import INDEX_BITS
 from .sram import SramWriteSignature
 from .tensor_load import TensorLoad
@@ -59,38 +59,14 @@ class Load(wiring.Component):
         waiting = mem.pop_next_dep & ~self.g2l_avail
         dma_idle = inp.dma_idle & wgt.dma_idle
 
-        IDLE, WAIT, LOADING, PUSH = range(4)
-        state = Signal(range(4))
-        with m.Switch(state):
-            with m.Case(IDLE):
-                m.d.comb += self.cmd.ready.eq(~halt)
-                with m.If(self.cmd.valid & ~halt):
-                    m.d.sync += [insn.eq(self.cmd.payload.insn), index.eq(self.cmd.payload.index), state.eq(WAIT)]
-            with m.Case(WAIT):
-                with m.If(halt):
-                    m.d.sync += state.eq(IDLE)
-                with m.Elif(~waiting):
-                    m.d.comb += self.g2l_pop.eq(mem.pop_next_dep)
-                    with m.If(mem.x_size == 0):
-                        m.d.sync += state.eq(PUSH)
-                    with m.Else():
-                        m.d.comb += [inp.start.eq(mem.memory_type == MemType.INP),
-                                     wgt.start.eq(mem.memory_type == MemType.WGT)]
-                        m.d.sync += state.eq(LOADING)
-            with m.Case(LOADING):
-                with m.If(halt):
-                    m.d.sync += state.eq(IDLE)
-                with m.Elif(~inp.busy & ~wgt.busy):
-                    m.d.sync += state.eq(PUSH)
-            with m.Case(PUSH):
-                with m.If(halt):
-                    m.d.sync += state.eq(IDLE)
-                with m.Else():
-                    m.d.comb += self.l2g_push.eq(mem.push_next_dep)
-                    m.d.sync += [self.retired.eq(index + 1), state.eq(IDLE)]
+        def start():
+            m.d.comb += [inp.start.eq(mem.memory_type == MemType.INP), wgt.start.eq(mem.memory_type == MemType.WGT)]
 
-        drive_status(m, self, idle=state == IDLE, waiting=(state == WAIT) & waiting, index=index, dma_idle=dma_idle,
-                     halt=halt)
+        idle, stalled, _ = sequence_commands(
+            m, self, insn=insn, index=index, halt=halt, waiting=waiting, skip=mem.x_size == 0,
+            done=~inp.busy & ~wgt.busy, start=start,
+            pop=[self.g2l_pop.eq(mem.pop_next_dep)], push=[self.l2g_push.eq(mem.push_next_dep)])
+        drive_status(m, self, idle=idle, waiting=stalled, index=index, dma_idle=dma_idle, halt=halt)
         with m.If(~self.error & (inp.error | wgt.error)):
             latch_error(m, self, ErrorCode.DRAM_ACCESS, Mux(inp.error, DmaClient.INP, DmaClient.WGT),
                         Mux(inp.error, inp.error_addr, wgt.error_addr), index)

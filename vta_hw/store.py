@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from vta_hw.spec.regmap import DmaClient, ErrorCode
 
 from .axi import WriteClientSignature
-from .cmdproc import drive_status, latch_error, module_status_members
+from .cmdproc import drive_status, latch_error, module_status_members, sequence_commands
 from .dma import WIDE_ADDR_BITS, DmaWriter, _log2
 from .layouts import INDEX_BITS
 from .sram import SramReadSignature
@@ -87,37 +87,16 @@ class Store(wiring.Component):
             m.d.sync += [rd_active.eq(0), rows_left.eq(0)]
 
         waiting = mem.pop_prev_dep & ~self.g2s_avail
-        IDLE, WAIT, STORING, PUSH = range(4)
-        state = Signal(range(4))
-        with m.Switch(state):
-            with m.Case(IDLE):
-                m.d.comb += self.cmd.ready.eq(~halt)
-                with m.If(self.cmd.valid & ~halt):
-                    m.d.sync += [insn.eq(self.cmd.payload.insn), index.eq(self.cmd.payload.index), state.eq(WAIT)]
-            with m.Case(WAIT):
-                with m.If(halt):
-                    m.d.sync += state.eq(IDLE)
-                with m.Elif(~waiting):
-                    m.d.comb += self.g2s_pop.eq(mem.pop_prev_dep)
-                    with m.If((mem.x_size == 0) | (mem.y_size == 0)):
-                        m.d.sync += state.eq(PUSH)
-                    with m.Else():
-                        m.d.sync += [rows_left.eq(mem.y_size), row_elem.eq(mem.dram_base), rd_active.eq(1),
-                                     rd_addr.eq(mem.sram_base), r.eq(0), c.eq(0), state.eq(STORING)]
-            with m.Case(STORING):
-                with m.If(halt):
-                    m.d.sync += state.eq(IDLE)
-                with m.Elif(~rd_active & ~rd_pending & ~pf.r_rdy & (rows_left == 0) & writer.idle):
-                    m.d.sync += state.eq(PUSH)
-            with m.Case(PUSH):
-                with m.If(halt):
-                    m.d.sync += state.eq(IDLE)
-                with m.Else():
-                    m.d.comb += self.s2g_push.eq(mem.push_prev_dep)
-                    m.d.sync += [self.retired.eq(index + 1), state.eq(IDLE)]
 
-        drive_status(m, self, idle=state == IDLE, waiting=(state == WAIT) & waiting, index=index,
-                     dma_idle=writer.idle, halt=halt)
+        def start():
+            m.d.sync += [rows_left.eq(mem.y_size), row_elem.eq(mem.dram_base), rd_active.eq(1),
+                         rd_addr.eq(mem.sram_base), r.eq(0), c.eq(0)]
+
+        idle, stalled, _ = sequence_commands(
+            m, self, insn=insn, index=index, halt=halt, waiting=waiting, skip=(mem.x_size == 0) | (mem.y_size == 0),
+            done=~rd_active & ~rd_pending & ~pf.r_rdy & (rows_left == 0) & writer.idle, start=start,
+            pop=[self.g2s_pop.eq(mem.pop_prev_dep)], push=[self.s2g_push.eq(mem.push_prev_dep)])
+        drive_status(m, self, idle=idle, waiting=stalled, index=index, dma_idle=writer.idle, halt=halt)
         with m.If(~self.error & writer.error):
             latch_error(m, self, ErrorCode.DRAM_ACCESS, DmaClient.OUT, writer.error_addr, index)
         return m
