@@ -61,17 +61,22 @@ def pragma(sch: s_tir.Schedule, loop, name: str) -> None:
     sch.annotate(loop, "pragma_" + name, 1)
 
 
-def placeholder_reads(sch: s_tir.Schedule, block, params: list) -> list[int]:
-    """Indices of the block's reads that come straight from function parameters."""
-    out = []
-    for n, region in enumerate(sch.get(block).reads):
-        if any(region.source.same_as(p) for p in params):
-            out.append(n)
-    return out
-
-
-def func_params(func: tirx.PrimFunc) -> list:
-    return list(func.params)
+def attach_epilogue(sch: s_tir.Schedule, env: Environment, func: tirx.PrimFunc, ewise: list, out, attach,
+                    dma_copy: str) -> None:
+    """Compute the element-wise stages and the output store at ``attach`` (one tile, one thread), and
+    load the operands they read straight from function parameters (bias) into ACC there by DMA."""
+    params = list(func.params)
+    extra = []
+    for blk in ewise:
+        sch.reverse_compute_at(blk, attach, preserve_unit_loops=True)
+        extra += [(blk, n) for n, region in enumerate(sch.get(blk).reads)
+                  if any(region.source.same_as(p) for p in params)]
+    sch.reverse_compute_at(out, attach, preserve_unit_loops=True)
+    for blk, n in extra:
+        cb = sch.cache_read(blk, n, env.acc_scope)
+        sch.compute_at(cb, attach, preserve_unit_loops=True)
+        rank = len(sch.get(cb).writes[0].region)
+        pragma(sch, sch.get_loops(cb)[-rank], dma_copy)
 
 
 def mock_names(env: Environment, mock) -> tuple[str, str, str, str]:

@@ -28,7 +28,7 @@ from ..environment import Environment, get_env
 from ..transform.common import VTACompileError
 from ..transform.uop import kernel_uop_budget
 from ..transform.vthread import PIPELINE
-from .common import divisors, epilogue, find_blocks, mock_names, placeholder_reads, pragma
+from .common import attach_epilogue, divisors, epilogue, find_blocks, mock_names, pragma
 
 #: weight of DRAM traffic (in bus cycles) in the tiling cost, on top of the exposed latencies
 TRAFFIC_WEIGHT = 0.5
@@ -247,7 +247,6 @@ def schedule_conv2d_packed(func, tiling: Conv2DTiling | None = None, wkl: Conv2D
         tiling = conv2d_tiling(wkl, env)
     t = tiling
     sch = s_tir.Schedule(func)
-    params = list(func.params)
     conv, producers, ewise, out = find_blocks(sch, "conv2d")
     pad = [b for b in producers]
     sch.set_scope(conv, 0, env.acc_scope)
@@ -281,16 +280,7 @@ def schedule_conv2d_packed(func, tiling: Conv2DTiling | None = None, wkl: Conv2D
         attach = h_v
 
     # epilogue and store per tile (per thread)
-    extra = []
-    for blk in ewise:
-        sch.reverse_compute_at(blk, attach, preserve_unit_loops=True)
-        for idx in placeholder_reads(sch, blk, params):
-            extra.append((blk, idx))
-    sch.reverse_compute_at(out, attach, preserve_unit_loops=True)
-    for blk, idx in extra:
-        cb = sch.cache_read(blk, idx, env.acc_scope)
-        sch.compute_at(cb, attach, preserve_unit_loops=True)
-        pragma(sch, sch.get_loops(cb)[-6], dma_copy)
+    attach_epilogue(sch, env, func, ewise, out, attach, dma_copy)
 
     # input and weight tiles
     inp = sch.cache_read(conv, 0, env.inp_scope)

@@ -18,7 +18,7 @@ from ..environment import Environment, get_env
 from ..transform.common import VTACompileError
 from ..transform.uop import kernel_uop_budget
 from ..transform.vthread import PIPELINE
-from .common import divisors, epilogue, find_blocks, mock_names, placeholder_reads, pragma
+from .common import attach_epilogue, divisors, epilogue, find_blocks, mock_names, pragma
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,6 @@ def schedule_dense_packed(func, tiling: DenseTiling | None = None, env: Environm
     env = env or get_env()
     dma_copy, alu, gemm, gemm_reset = mock_names(env, mock)
     sch = s_tir.Schedule(func)
-    params = list(func.params)
     dense, _, ewise, out = find_blocks(sch, "dense")
     sch.set_scope(dense, 0, env.acc_scope)
     for b in ewise:
@@ -140,15 +139,7 @@ def schedule_dense_packed(func, tiling: DenseTiling | None = None, env: Environm
         sch.bind(b_v, "vthread.y")
     if t.oc_nthread > 1:
         sch.bind(co_v, "vthread.x")
-    extra = []
-    for blk in ewise:
-        sch.reverse_compute_at(blk, attach, preserve_unit_loops=True)
-        extra += [(blk, idx) for idx in placeholder_reads(sch, blk, params)]
-    sch.reverse_compute_at(out, attach, preserve_unit_loops=True)
-    for blk, idx in extra:
-        cb = sch.cache_read(blk, idx, env.acc_scope)
-        sch.compute_at(cb, attach, preserve_unit_loops=True)
-        pragma(sch, sch.get_loops(cb)[-4], dma_copy)
+    attach_epilogue(sch, env, func, ewise, out, attach, dma_copy)
     inp = sch.cache_read(dense, 0, env.inp_scope)
     sch.compute_at(inp, ko_v, preserve_unit_loops=True)
     wgt = sch.cache_read(dense, 1, env.wgt_scope)
