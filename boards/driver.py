@@ -124,12 +124,14 @@ def open_arena(nbytes: int = DEFAULT_ARENA_BYTES) -> Arena:
 
 
 # ---------------------------------------------------------------------- bitstream
-def program_bitstream(path: str | os.PathLike[str]) -> None:
-    """Load a bitstream into the PL: PYNQ's ``Bitstream`` when present, else the Linux FPGA manager."""
+def program_bitstream(path: str | os.PathLike[str], cfg: Config) -> None:
+    """Load a bitstream into the PL: PYNQ's ``Bitstream`` when present, then PS clock 0 is set to the
+    config's fpga_freq; else the Linux FPGA manager (the boot image's device tree sets the clock)."""
     path = Path(path)
     if _have_pynq():
-        from pynq import Bitstream
+        from pynq import Bitstream, Clocks
         Bitstream(str(path)).download()
+        Clocks.fclk0_mhz = cfg.fpga_freq
         return
     mgr = Path("/sys/class/fpga_manager/fpga0")
     if not mgr.exists():
@@ -137,13 +139,6 @@ def program_bitstream(path: str | os.PathLike[str]) -> None:
     firmware = Path("/lib/firmware") / path.name
     firmware.write_bytes(path.read_bytes())
     (mgr / "firmware").write_text(path.name)
-
-
-def set_pl_clock(cfg: Config) -> None:
-    """Set PS clock 0 to the config's fpga_freq (PYNQ only; otherwise the boot image sets it)."""
-    if _have_pynq():
-        from pynq import Clocks
-        Clocks.fclk0_mhz = cfg.fpga_freq
 
 
 # ---------------------------------------------------------------------- the device

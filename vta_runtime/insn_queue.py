@@ -123,9 +123,6 @@ class InsnQueue:
         """Pushes minus pops per queue over the committed instructions (pending pops not included)."""
         return Counter({q: self._balance[q] for q in TOKEN_QUEUES})
 
-    def has_pending_pops(self) -> bool:
-        return any(self.pending_pop_prev.values()) or any(self.pending_pop_next.values())
-
     # ------------------------------------------------------------------ rewriting
     def rewrite_force_serial(self) -> None:
         """Make execution strictly sequential: drop NOPs and all flags, then chain every stage change.
@@ -183,6 +180,3 @@ class InsnQueue:
                 raise RuntimeUsageError(f"instruction {k}: {exc}") from None
             out += word.to_bytes(16, "little")
         return bytes(out)
-
-    def describe_stage_counts(self) -> dict[str, int]:
-        return {s.name.lower(): sum(1 for i in self.insns if _stage(i) == s) for s in _STAGES}

@@ -86,3 +86,34 @@ def test_board_device_reports_errors_and_keeps_working(board):
 def test_board_device_refuses_a_simulator_target():
     with pytest.raises(DeviceError, match="BoardDevice needs a board TARGET .pynq, ultra96., not 'sim'"):
         BoardDevice(load_config())
+
+
+def test_program_bitstream_on_pynq_sets_the_pl_clock(tmp_path, monkeypatch):
+    """With the pynq package, the bitstream goes through pynq.Bitstream and FCLK0 gets the config's clock.
+    (No board here: a stand-in pynq module records what the driver asks of it.)"""
+    import sys
+    import types
+
+    from boards.driver import program_bitstream
+
+    calls = []
+    pynq = types.ModuleType("pynq")
+
+    class Bitstream:
+        def __init__(self, path):
+            self.path = path
+
+        def download(self):
+            calls.append(("download", self.path))
+
+    class Clocks:
+        fclk0_mhz = 0
+
+    pynq.Bitstream, pynq.Clocks = Bitstream, Clocks
+    monkeypatch.setitem(sys.modules, "pynq", pynq)
+    bit = tmp_path / "vta.bit"
+    bit.write_bytes(b"\0" * 16)
+    cfg = load_config({**load_config().cfg_dict, "TARGET": "ultra96"})
+    program_bitstream(bit, cfg)
+    assert calls == [("download", str(bit))]
+    assert Clocks.fclk0_mhz == cfg.fpga_freq == 333

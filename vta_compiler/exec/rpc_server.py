@@ -85,7 +85,7 @@ class ServerState:
         cfg = self.config()
         if cfg.TARGET in BOARD_TARGETS:
             from boards.driver import program_bitstream
-            program_bitstream(path)
+            program_bitstream(path, cfg)
             what = f"programmed {path.name} on the {cfg.TARGET} FPGA"
         else:
             what = f"TARGET {cfg.TARGET} has no FPGA: recorded {path.name}"
