@@ -20,7 +20,6 @@ By default the server binds to localhost; pass ``--host 0.0.0.0`` to serve a net
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -30,6 +29,8 @@ import tempfile
 from pathlib import Path
 
 from vta_hw.spec import Config, ConfigError, load_config
+
+from ..bitstream import file_digest
 
 BOARD_TARGETS = ("pynq", "ultra96")
 
@@ -81,7 +82,7 @@ class ServerState:
         if not path.is_file():
             raise FileNotFoundError(f"tvm.contrib.vta.init: no bitstream {file_name!r} on the server (upload it "
                                     "first)")
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = file_digest(path)
         cfg = self.config()
         if cfg.TARGET in BOARD_TARGETS:
             from boards.driver import program_bitstream
