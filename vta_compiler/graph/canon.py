@@ -12,9 +12,48 @@ from __future__ import annotations
 
 import numpy as np
 
+from tvm import relax
+
 from .ir import Const, Graph, GraphError, Node
 
 AFFINE = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
+
+
+def _bn_affine(bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
+    """Inference batch norm as (scale, shift) per channel, or None if its statistics are not constant."""
+    _, gamma, beta, mean, var = bn.args[:5]
+    if not all(isinstance(c, Const) for c in (gamma, beta, mean, var)) or int(bn.call.attrs.axis) % len(bn.shape) != 1:
+        return None
+    a = bn.call.attrs
+    scale = 1.0 / np.sqrt(var.value.astype(np.float64) + float(a.epsilon))
+    if bool(a.scale):
+        scale = scale * gamma.value
+    shift = -mean.value * scale
+    if bool(a.center):
+        shift = shift + beta.value
+    return scale, shift
+
+
+def _affine_nodes(bn: Node, scale: np.ndarray, shift: np.ndarray) -> tuple[Node, Node]:
+    """A batch norm that follows no layer, as ``x * scale + shift`` with per-channel constants."""
+    shape = (1, -1) + (1,) * (len(bn.shape) - 2)
+    x = relax.Var("x", relax.TensorType(bn.shape, bn.dtype))
+    mul = Node(f"{bn.name}_scale", "relax.multiply", [bn.args[0], Const(scale.reshape(shape).astype(bn.dtype))],
+               bn.shape, bn.dtype, relax.op.multiply(x, x))
+    add = Node(bn.name, "relax.add", [mul, Const(shift.reshape(shape).astype(bn.dtype))], bn.shape, bn.dtype,
+               relax.op.add(x, x))
+    return mul, add
+
+
+def fold_constants(g: Graph) -> Graph:
+    """Replace every operator whose inputs are all constants by its value (computed in numpy)."""
+    from .evaluate import evaluate_node
+    for n in list(g.nodes):
+        if n.op != "input" and not n.inputs and n.op not in ("conv2d", "dense") and n.tensor_args:
+            value = evaluate_node(n, [a.value for a in n.tensor_args])
+            g.replace_uses(n, Const(value))
+            g.nodes.remove(n)
+    return g
 
 
 def _ints(v) -> tuple[int, ...]:
@@ -87,6 +126,14 @@ def _fold_next(layer: Node, nxt: Node) -> bool:
         else:
             return False
         return True
+    if nxt.op == "relax.nn.batch_norm" and nxt.args[0] is layer:
+        aff = _bn_affine(nxt)
+        if aff is None:
+            return False
+        scale, shift = aff
+        at["weight"] = at["weight"] * scale.reshape((-1,) + (1,) * (at["weight"].ndim - 1))
+        at["bias"] = at["bias"] * scale + shift
+        return True
     if nxt.op == "relax.nn.relu" and nxt.args[0] is layer:
         at["act"] = ("clip", 0.0, None)
         return True
@@ -99,6 +146,7 @@ def _fold_next(layer: Node, nxt: Node) -> bool:
 
 def canonicalize(g: Graph) -> Graph:
     """Replace constant-weight conv2d/matmul (and what folds into them) by ``conv2d``/``dense`` nodes."""
+    fold_constants(g)
     for i, node in enumerate(list(g.nodes)):
         new = None
         if node.op == "relax.nn.conv2d":
@@ -124,6 +172,13 @@ def canonicalize(g: Graph) -> Graph:
                 g.nodes.remove(nxt)
                 changed = True
                 break
+    for n in list(g.nodes):        # a batch norm that follows no layer: per-channel arithmetic
+        if n.op == "relax.nn.batch_norm" and (aff := _bn_affine(n)) is not None:
+            mul, add = _affine_nodes(n, *aff)
+            k = g.nodes.index(n)
+            g.nodes[k:k + 1] = [mul, add]
+            g.replace_uses(n, add)
+            mul.args[0] = n.args[0]
     count = {"conv2d": 0, "dense": 0}
     for n in g.nodes:
         if n.op in count:

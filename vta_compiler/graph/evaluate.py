@@ -122,6 +122,24 @@ def _relax_op(node: Node, vals: list[np.ndarray]) -> np.ndarray:
     return vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(v)) for v in vals]).numpy()
 
 
+def evaluate_node(n: Node, args: list[np.ndarray]) -> np.ndarray:
+    """One node's value from its tensor arguments' values."""
+    if n.op == "conv2d":
+        at = n.attrs
+        y = conv2d_nchw(args[0], at["weight"], at["strides"], at["padding"], at["dilation"], at["groups"])
+        y = _act(y + at["bias"].reshape(1, -1, 1, 1).astype(np.float32), at["act"])
+    elif n.op == "dense":
+        at = n.attrs
+        y = _act(args[0] @ at["weight"].T.astype(np.float32) + at["bias"].astype(np.float32), at["act"])
+    else:
+        y = _numpy_op(n, args)
+        if y is None:
+            y = _relax_op(n, args)
+        elif n.attrs.get("act") is not None:
+            y = _act(y, n.attrs["act"])
+    return np.asarray(y).astype(n.dtype, copy=False).reshape(n.shape)
+
+
 def evaluate(g: Graph, feeds: list[np.ndarray]) -> dict[int, np.ndarray]:
     """Every node's value (keyed by ``id(node)``) for the given inputs, in float32 (int ops keep their dtype)."""
     vals: dict[int, np.ndarray] = {}
@@ -130,22 +148,8 @@ def evaluate(g: Graph, feeds: list[np.ndarray]) -> dict[int, np.ndarray]:
     for n in g.nodes:
         if n.op == "input":
             continue
-        args = [vals[id(a)] if isinstance(a, Node) else a.value for a in n.tensor_args]
-        if n.op == "conv2d":
-            at = n.attrs
-            y = conv2d_nchw(args[0], at["weight"], at["strides"], at["padding"], at["dilation"], at["groups"])
-            y = _act(y + at["bias"].reshape(1, -1, 1, 1).astype(np.float32), at["act"])
-        elif n.op == "dense":
-            at = n.attrs
-            y = _act(args[0] @ at["weight"].T.astype(np.float32) + at["bias"].astype(np.float32), at["act"])
-        else:
-            y = _numpy_op(n, args)
-            if y is None:
-                y = _relax_op(n, args)
-            elif n.attrs.get("act") is not None:
-                y = _act(y, n.attrs["act"])
-        vals[id(n)] = np.asarray(y).astype(n.dtype, copy=False).reshape(n.shape)
+        vals[id(n)] = evaluate_node(n, [vals[id(a)] if isinstance(a, Node) else a.value for a in n.tensor_args])
     return vals
 
 
-__all__ = ["Const", "conv2d_nchw", "evaluate"]
+__all__ = ["Const", "conv2d_nchw", "evaluate", "evaluate_node"]

@@ -3,10 +3,8 @@
 ``from_onnx(model)`` returns ``(mod, params)`` like TVM's importer with ``keep_params_in_input``:
 the weights are parameters of ``main`` and ``params`` maps their names to numpy arrays. A module
 exported from ``relax.frontend.nn`` (``model.export_tvm(spec)``) comes with a list of
-``(name, Parameter)``; ``bind_params`` accepts both. ``normalize`` binds the weights as constants,
-decomposes batch norm into arithmetic (``DecomposeOpsForInference``) and folds constants, so the
-quantizer then sees convolutions followed by per-channel arithmetic that it folds into weights and
-biases.
+``(name, Parameter)``; ``bind_params`` accepts both. ``normalize`` binds the weights as constants; ``canon`` then folds
+constant arithmetic and batch norm into the convolutions' weights and biases.
 """
 
 from __future__ import annotations
@@ -107,11 +105,6 @@ def bind_params(mod: tvm.IRModule, params: Any) -> relax.Function:
 
 
 def normalize(mod: tvm.IRModule, params: Any = None) -> relax.Function:
-    """Bind the weights, decompose batch norm and fold constants: a flat graph of the network's ops."""
-    func = bind_params(mod, params)
-    m = tvm.IRModule({"main": func})
-    m = relax.transform.DecomposeOpsForInference()(m)
-    m = relax.transform.FoldConstant()(m)
-    m = relax.transform.CanonicalizeBindings()(m)
-    m = relax.transform.DeadCodeElimination()(m)
-    return m["main"]
+    """Bind the weights: a function of the network inputs only (constants are folded later, in numpy:
+    Relax's FoldConstant compiles every folded operator and takes minutes on a ResNet)."""
+    return bind_params(mod, params)

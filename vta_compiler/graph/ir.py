@@ -66,6 +66,13 @@ class Node:
         return f"Node({self.name}: {self.op} {self.shape} {self.dtype})"
 
 
+class _Unused:
+    """A tuple field the flow does not compute (batch norm's running statistics)."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+
 def flat_args(args: list) -> list:
     out = []
     for a in args:
@@ -132,6 +139,13 @@ class Graph:
                     if not isinstance(t, list):
                         raise GraphError(f"{where}: indexing into a tuple that is not a literal tuple")
                     env[b.var] = t[int(v.index)]
+                elif isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "relax.nn.batch_norm":
+                    # inference batch norm: the normalized tensor is field 0 (the others are the statistics)
+                    args = [value(a, where) for a in v.args]
+                    ty = b.var.ty.fields[0]
+                    n = Node(b.var.name, v.op.name, args, _static_shape(ty, where), str(ty.dtype), v)
+                    nodes.append(n)
+                    env[b.var] = [n] + [_Unused(f"{where}[{k}]") for k in (1, 2)]
                 elif isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op):
                     args = [value(a, where) for a in v.args]
                     if isinstance(b.var.ty, relax.TupleType):
@@ -144,6 +158,11 @@ class Graph:
                                      "(the VTA flow reads flat dataflow graphs of operator calls)")
         out = value(func.body.body, f"{name}/return")
         outs = out if isinstance(out, list) else [out]
+        for n in nodes:
+            for a in flat_args(n.args):
+                if isinstance(a, _Unused):
+                    raise GraphError(f"{n.name} reads {a.what}, batch norm's running statistics, which "
+                                     "inference does not compute")
         for o in outs:
             if not isinstance(o, Node):
                 raise GraphError(f"{name}: every output must be computed from the inputs")

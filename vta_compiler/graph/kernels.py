@@ -42,12 +42,13 @@ class KernelCache:
         return self.kernels[key]
 
     def _make(self, key: KernelKey):
+        from .pack import tiling_for
         env = self.env
         ops = 1 + int(key.channel_shift)
         shift = key.shift or 0
         if key.kind == "conv2d":
             wkl = key.workload
-            tiling = C.conv2d_tiling(wkl, env, acc_operands=ops)
+            tiling = tiling_for("conv2d", wkl, env, ops)
             func = C.conv2d_layer(wkl, env, shift=shift, bias=key.bias, clip=key.clip,
                                   channel_shift=key.channel_shift)
             sch = C.schedule_conv2d_packed(func, tiling, env=env)
@@ -55,7 +56,7 @@ class KernelCache:
                     f"_s{wkl.hstride}")
         else:
             batch, cin, cout = key.workload
-            tiling = D.dense_tiling(batch, cin, cout, env, acc_operands=ops)
+            tiling = tiling_for("dense", key.workload, env, ops)
             func = D.dense_layer(batch, cin, cout, env, shift=shift, bias=key.bias, clip=key.clip,
                                  channel_shift=key.channel_shift)
             sch = D.schedule_dense_packed(func, tiling, env=env)

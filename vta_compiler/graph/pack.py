@@ -184,16 +184,26 @@ def _fold_helps(layer: VtaLayer, env: Environment) -> bool:
     return c < bi and kw > 1 and c * kw / _ceil(c * kw, bi) > c / _ceil(c, bi)
 
 
+_tilings: dict = {}
+
+
+def tiling_for(kind: str, wkl, env: Environment, acc_operands: int):
+    """The automatic tiling of a workload (searched once per workload and configuration)."""
+    key = (kind, wkl, env.config.hash(), acc_operands)
+    if key not in _tilings:
+        if kind == "conv2d":
+            _tilings[key] = conv2d_tiling(wkl, env, acc_operands=acc_operands)
+        else:
+            _tilings[key] = dense_tiling(*wkl, env, acc_operands=acc_operands)
+    return _tilings[key]
+
+
 def _fit(layer: VtaLayer, env: Environment) -> str | None:
     ops = 1 + int(isinstance(layer.shift, np.ndarray))
     if layer.kind == "conv2d":
         layer.fold = _fold_helps(layer, env)
     try:
-        wkl = workload(layer, env)
-        if layer.kind == "conv2d":
-            conv2d_tiling(wkl, env, acc_operands=ops)
-        else:
-            dense_tiling(*wkl, env, acc_operands=ops)
+        tiling_for(layer.kind, workload(layer, env), env, ops)
     except VTACompileError as exc:
         return f"does not fit VTA's buffers: {exc}"
     return None
