@@ -103,12 +103,16 @@ class _DeviceConstants:
         self.owner = None
         self.nbytes = 0
 
+    def clear(self) -> None:
+        self.entries.clear()
+        self.nbytes = 0
+        self.owner = None
+
     def get(self, src):
         import tvm
         cq = command_handle()
         if self.owner is None or self.owner() is not cq:
-            self.entries.clear()
-            self.nbytes = 0
+            self.clear()
             self.owner = weakref.ref(cq)
         key = (src.data_ptr(), tuple(src.shape), str(src.dtype))
         hit = self.entries.pop(key, None)
@@ -126,6 +130,17 @@ class _DeviceConstants:
 
 
 device_constants = _DeviceConstants()
+
+
+def release_device_buffers() -> None:
+    """Free the device memory TVM holds for reuse: the VM's pooled ext_dev buffers (TVM's memory
+    manager keeps freed buffers; after a device change they would point into the old device) and
+    the device copies of constants."""
+    import tvm
+    device_constants.clear()
+    clear = tvm.get_global_func("vm.builtin.memory_manager.clear", allow_missing=True)
+    if clear is not None:
+        clear()
 
 
 def _buffer_copy(src, src_offset, dst, dst_offset, nbytes, kind_mask):

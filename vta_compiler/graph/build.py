@@ -1,8 +1,8 @@
 """``graph.build``: one executable with the VTA kernels and the host code, and ``placement``.
 
-The registered TIR pipeline ``"vta.graph"`` sends every ext_dev PrimFunc (the VTA kernels, and
-host operators legalized for tensors in device memory) through the "vta" pipeline inside
-``vta.build_config()``, and every other PrimFunc through TVM's default pipeline for the host. The
+The registered TIR pipeline ``"vta.graph"`` sends the VTA kernels (PrimFuncs marked ``vta.kernel``)
+through the "vta" pipeline inside ``vta.build_config()``, and every other PrimFunc (host operators,
+including those legalized for tensors in device memory) through TVM's default pipeline. The
 Relax VM runs the result with ``relax.VirtualMachine(ex, [tvm.cpu(), tvm.ext_dev(0)])``.
 
 Relax's ``StaticPlanBlockMemory`` shares storage between tensors by size and dtype only, not by
@@ -37,9 +37,7 @@ def _graph_pipeline_factory():
             with build_config():
                 vta = vta_passes(vta)
         if host.functions:
-            target = next((f.attrs["target"] for f in host.functions.values()
-                           if f.attrs is not None and "target" in f.attrs), tvm.target.Target("llvm"))
-            default, _, _ = tirx.get_default_tir_pipeline(target)
+            default, _, _ = tirx.get_default_tir_pipeline(tvm.target.Target("llvm"))
             host = default(host)
         vta.update(host)
         return vta

@@ -98,7 +98,8 @@ def bind_params(mod: tvm.IRModule, params: Any) -> relax.Function:
         if arr.shape != want:
             raise GraphError(f"weight {p.name!r}: value of shape {arr.shape}, the function expects {want}")
         binding[p] = np.ascontiguousarray(arr.astype(str(p.ty.dtype)))
-    m = tvm.IRModule({"main": func})
+    # BindParams finds the function by its global symbol (an nn export's is "forward")
+    m = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
     if binding:
         m = relax.transform.BindParams("main", binding)(m)
     return m["main"]

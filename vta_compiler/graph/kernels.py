@@ -18,6 +18,10 @@ from ..top import conv2d as C
 from ..top import dense as D
 
 
+#: PrimFunc attribute that marks a VTA kernel (compiled with the "vta" TIR pipeline)
+KERNEL_ATTR = "vta.kernel"
+
+
 @dataclass(frozen=True)
 class KernelKey:
     kind: str                       # "conv2d" | "dense"
@@ -63,13 +67,11 @@ class KernelCache:
             desc = f"{batch}x{cin}to{cout}"
         name = f"vta_{key.kind}_{desc}_{len(self.kernels)}"
         prim = sch.mod["main"].with_attr("global_symbol", name).with_attr("target", env.target)
-        prim = prim.with_attr("vta.workload", str(key.workload))
+        prim = prim.with_attr("vta.workload", str(key.workload)).with_attr(KERNEL_ATTR, 1)
         gv = self.bb.add_func(prim, name)
         return gv, tiling
 
 
 def is_vta_kernel(func) -> bool:
-    """True for a PrimFunc compiled for VTA's ext_dev target (a kernel or a host op on device memory)."""
-    if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs is None or "target" not in func.attrs:
-        return False
-    return func.attrs["target"].kind.name == "ext_dev"
+    """True for a VTA kernel made by graph_pack (host ops on device memory are not kernels)."""
+    return isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and KERNEL_ATTR in func.attrs

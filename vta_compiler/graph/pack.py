@@ -283,12 +283,28 @@ def _packable(n: Node, env: Environment) -> bool:
             math.prod(s_in) == math.prod(s_out)
     if op == "relax.concat":
         return int(n.call.attrs.axis) % len(shape) == 1 and all(a.shape[1] % env.BLOCK_OUT == 0 for a in ins)
+    if op == "relax.image.resize2d":
+        return _nearest_factor(n) is not None
     return False
+
+
+def _nearest_factor(n: Node) -> tuple[int, int] | None:
+    """The integer (H, W) factors of a nearest-neighbour upsampling that repeats rows and columns, else None."""
+    a = n.call.attrs
+    if str(a.method) != "nearest_neighbor" or str(a.layout) != "NCHW" or len(n.shape) != 4:
+        return None
+    mode, rounding = str(a.coordinate_transformation_mode), str(a.rounding_method)
+    if (mode, rounding) not in (("asymmetric", "floor"), ("half_pixel", "round_prefer_floor"), ("half_pixel", "")):
+        return None
+    (h, w), (oh, ow) = n.inputs[0].shape[2:], n.shape[2:]
+    if oh % h or ow % w or (mode == "half_pixel" and (oh // h > 2 or ow // w > 2)):
+        return None
+    return oh // h, ow // w
 
 
 def _host_reason(n: Node) -> str:
     op = n.op
-    if op in VIEWS or op in ("relax.permute_dims", "relax.concat", "relax.strided_slice"):
+    if op in VIEWS or op in ("relax.permute_dims", "relax.concat", "relax.strided_slice", "relax.image.resize2d"):
         return "moves data only (a view or a copy on the host)"
     if n.dtype.startswith("float") or any(a.dtype.startswith("float") for a in n.inputs):
         return "float arithmetic (VTA computes integers)"
@@ -465,6 +481,10 @@ class _Packer:
                                 **kw), n.name)
             elif n.op in VIEWS:
                 v = self.emit(relax.op.reshape(args[0], packed_shape(n.shape, env)), n.name)
+            elif n.op == "relax.image.resize2d":        # nearest, integer factors: repeat rows and columns
+                fh, fw = _nearest_factor(n)
+                v = self.emit(relax.op.repeat(args[0], fh, axis=2), f"{n.name}_rows") if fh > 1 else args[0]
+                v = self.emit(relax.op.repeat(v, fw, axis=3), n.name) if fw > 1 else v
             else:
                 v = Graph.emit_call(self.bb, n, args)
             self.packed[id(n)] = v

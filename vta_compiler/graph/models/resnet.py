@@ -51,16 +51,20 @@ class _Builder:
         return self.node("Relu", [y]) if relu else y
 
 
-def resnet_onnx(depth: int = 18, batch: int = 1, image: int = 224, num_classes: int = 1000, seed: int = 0):
-    """An ONNX ResNet-``depth`` (18 or 34) for ``(batch, 3, image, image)`` float32 input ``data``."""
+def resnet_onnx(depth: int = 18, batch: int = 1, image: int = 224, num_classes: int = 1000, seed: int = 0,
+                widths: tuple[int, int, int, int] = WIDTHS):
+    """An ONNX ResNet-``depth`` (18 or 34) for ``(batch, 3, image, image)`` float32 input ``data``.
+
+    ``widths``: the channels of the four stages (ImageNet ResNets: 64, 128, 256, 512; smaller values
+    give small test networks of the same structure)."""
     from onnx import TensorProto, helper
     if depth not in BLOCKS:
         raise ValueError(f"ResNet depth {depth} is not one of {sorted(BLOCKS)}")
     b = _Builder(seed)
-    x = b.conv_bn("data", 3, 64, 7, 2, relu=True)
+    x = b.conv_bn("data", 3, widths[0], 7, 2, relu=True)
     x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-    cin = 64
-    for stage, (n_blocks, width) in enumerate(zip(BLOCKS[depth], WIDTHS)):
+    cin = widths[0]
+    for stage, (n_blocks, width) in enumerate(zip(BLOCKS[depth], widths)):
         for k in range(n_blocks):
             stride = 2 if stage > 0 and k == 0 else 1
             y = b.conv_bn(x, cin, width, 3, stride, relu=True)
