@@ -14,12 +14,7 @@ from .build_module import build, build_config, lower
 from .environment import DevContext, Environment, get_env
 from .transform import VTACompileError
 
-try:
-    ext_dev.load()
-except Exception as exc:   # noqa: BLE001 - compiling still works; running needs the plugin
-    import warnings
-    warnings.warn(f"the VTA ext_dev plugin is unavailable, so compiled kernels cannot get device tensors: {exc}",
-                  RuntimeWarning, stacklevel=2)
+ext_dev.install()   # the C++ plugin is built when TVM first needs the ext_dev device
 
 from . import top, testing  # noqa: E402,I001
 from .rpc_client import program_fpga, reconfig_runtime  # noqa: E402

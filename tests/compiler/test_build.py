@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -194,3 +197,23 @@ def test_kernel_signature_for_a_loop_variable(fsim):
     assert r.correct
     keys = [k for k in vta_runtime.command_handle().kernels]
     assert len({sig for _, sig in keys}) == 2        # signatures 0 and 1 (two input chunks)
+
+
+def test_import_builds_no_plugin_and_a_failed_build_is_a_clear_error(tmp_path):
+    """The ext_dev plugin is compiled when TVM first needs the device, not by ``import vta_compiler``; a
+    compiler that fails gives ExtDevBuildError there, naming the compiler (not a warning at import)."""
+    code = "\n".join([
+        "import os, numpy as np, tvm, vta_compiler",
+        "from vta_compiler import ext_dev",
+        "assert ext_dev._lib is None and not os.path.exists(os.path.join(os.environ['VTA_CACHE_DIR'], 'ext_dev'))",
+        "try:",
+        "    tvm.runtime.tensor(np.zeros(4, np.int8), device=tvm.ext_dev(0))",
+        "except ext_dev.ExtDevBuildError as exc:",
+        "    print('REFUSED:', exc)",
+    ])
+    env = {**os.environ, "VTA_CACHE_DIR": str(tmp_path), "CXX": "/bin/false"}
+    r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], env=env, capture_output=True,
+                       text=True, cwd=Path(__file__).resolve().parents[2], timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "REFUSED: building the VTA ext_dev plugin (needed for ext_dev tensors) failed: /bin/false exited with 1" \
+        in r.stdout, r.stdout
