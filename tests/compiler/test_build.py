@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -146,6 +147,37 @@ def test_cross_compile_for_boards(tmp_path, target, machine):
         else None
     if readelf is not None and readelf.returncode == 0:
         assert "VFP registers" in readelf.stdout    # hard-float calling convention
+
+
+@pytest.mark.skipif(platform.machine() in ("armv7l", "aarch64"), reason="this machine may run board code itself")
+def test_a_board_module_called_here_says_what_to_do(fsim):
+    """A module built for a board's CPU, called on this machine: advice (RPC, or TARGET sim/tsim), not TVM's
+    "architecture mismatch"."""
+    env0 = vta.get_env()
+    with vta.Environment(env0.config.replace(TARGET="pynq")) as env:
+        sch, shape = _small(env)
+        m = vta.build(sch)
+    advice = (r"compiled for TARGET 'pynq', whose host CPU is armv7-none-linux-gnueabihf, so it cannot run on this "
+              r"machine\. Run it on the board over RPC: vta\.testing\.run\(fn\).*Or set TARGET to \"sim\" \(fsim\) or "
+              r"\"tsim\"")
+    with pytest.raises(vta.HostMismatchError, match=advice):
+        run(m, [np.zeros(shape, np.int32)], shape)
+    with pytest.raises(vta.HostMismatchError, match=advice):
+        m["main"]
+
+
+def test_demo_with_a_board_config_says_what_to_do(tmp_path):
+    """``nox -s demo`` (python -m demo) with TARGET "pynq" on a machine without a board."""
+    cfg = tmp_path / "pynq.json"
+    cfg.write_text(vta.get_env().config.replace(TARGET="pynq").to_json())
+    r = subprocess.run([sys.executable, "-m", "demo", "--layer", "C11"], capture_output=True, text=True, timeout=600,
+                       cwd=Path(__file__).resolve().parents[2], env={**os.environ, "VTA_CONFIG": str(cfg)})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "[compiler] this module was compiled for TARGET 'pynq'" in r.stdout
+    assert "Run it on the board over RPC: vta.testing.run(fn)" in r.stdout
+    assert f'set TARGET to "sim" (fsim) or "tsim" (the Verilated core) in the configuration ({cfg} (from ' \
+           "$VTA_CONFIG))" in r.stdout
+    assert "DEMO FAILED" in r.stdout
 
 
 def test_testing_run_and_simulator_stats(tmp_path):
