@@ -19,6 +19,7 @@ import vta_runtime
 from vta_compiler.testing.layers import run_dense
 from vta_compiler.top import DenseTiling, dense_layer, schedule_dense_packed
 
+from .checks import assert_exact
 from .programs import elementwise, on_device, run
 
 
@@ -225,8 +226,7 @@ def test_kernel_signature_for_a_loop_variable(fsim):
     t = Conv2DTiling(2, 4, 4, 1, 2, 1, "co")
     text = vta.lower(schedule_conv2d_packed(conv2d_layer(wkl), t))["main"].script()
     assert re.search(r'UopKernelBegin", vta_kernel_\d+, ko_\d+\)', text), text
-    r = run_conv2d(wkl, t)
-    assert r.correct
+    assert_exact(run_conv2d(wkl, t))
     keys = [k for k in vta_runtime.command_handle().kernels]
     assert len({sig for _, sig in keys}) == 2        # signatures 0 and 1 (two input chunks)
 

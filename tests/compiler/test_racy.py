@@ -15,6 +15,7 @@ from vta_compiler.transform import deps
 from vta_hw.spec import Isa, MemType
 from vta_runtime import UnbalancedTokensError
 
+from .checks import assert_exact
 from .racy import RacyFsim
 
 SMALL = Conv2DWorkload(1, 8, 8, 32, 32, 3, 3, 1, 1, 1, 1)
@@ -48,7 +49,7 @@ def _wrong(r) -> int:
 def test_without_dependency_tokens_the_racy_fsim_gets_wrong_results(racy, seed):
     tiling = Conv2DTiling(2, 4, 8, 1, 2, 1)           # two tiles, virtual threads over output channels
     racy(seed)
-    assert run_conv2d(SMALL, tiling, seed=seed).correct
+    assert_exact(run_conv2d(SMALL, tiling, seed=seed))
     racy(seed)
     r = run_conv2d(SMALL, tiling, seed=seed, build_kwargs={"disabled_pass": ["vta.InjectDepTokens"]})
     assert _wrong(r) > r.expected.size // 10, "the race detector missed a program without any tokens"
@@ -68,7 +69,7 @@ def test_without_loop_carried_tokens_the_racy_fsim_gets_wrong_results(racy, monk
         dropped.extend(p for p in pairs if p[4])
         return [p for p in pairs if not p[4]]
     racy(seed)
-    assert run_conv2d(SMALL, tiling, seed=seed).correct
+    assert_exact(run_conv2d(SMALL, tiling, seed=seed))
     monkeypatch.setattr(deps, "_plan_sequence", without_carried)
     racy(seed)
     r = run_conv2d(SMALL, tiling, seed=seed)
