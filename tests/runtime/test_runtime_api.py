@@ -8,7 +8,8 @@ from vta_test_helpers import C, L, S
 
 import vta_runtime
 from sim.fsim import FsimDevice
-from vta_hw.spec import AluOp, Isa, MemType, Opcode, disassemble
+from vta_hw.spec import DEVICE_COUNTERS, AluOp, Isa, MemType, Opcode, disassemble
+from vta_hw.spec.regmap import COUNTERS, FSIM_COUNTERS
 from vta_runtime import (
     DEBUG_DUMP_INSN,
     DEBUG_DUMP_UOP,
@@ -44,6 +45,7 @@ def test_fsim_implements_device_protocol():
         dev.alloc(1 << 40)
     with pytest.raises(vta_runtime.DramAccessError, match="host read accesses device memory"):
         dev.read(b + 4000, 2000)
+    assert tuple(dev.stats()) == DEVICE_COUNTERS == FSIM_COUNTERS == COUNTERS[:len(DEVICE_COUNTERS)]
 
 
 def test_pending_pops_move_onto_next_instruction_and_pushes_merge():
