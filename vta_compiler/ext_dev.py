@@ -104,5 +104,4 @@ def install() -> None:
 
     from vta_runtime import tvm_bridge
     tvm_bridge.register()
-    if _lib is None:
-        tvm.register_global_func(DEVICE_API, _device_api, override=True)
+    tvm.register_global_func(DEVICE_API, _device_api, override=True)
