@@ -15,7 +15,16 @@ from .command_queue import (
     CommandQueue,
     DataBuffer,
 )
-from .device import DEVICE_METHODS, Device, open_device
+from .device import (
+    DEVICE_METHODS,
+    ENTRY_POINT_GROUP,
+    Device,
+    device_factory,
+    device_targets,
+    open_device,
+    register_device,
+    unregister_device,
+)
 from .errors import (
     DeadlockError,
     DeviceError,
@@ -71,7 +80,8 @@ def shutdown() -> None:
 __all__ = [
     "COPY_DEVICE_DST", "COPY_DEVICE_SRC", "DEBUG_DUMP_INSN", "DEBUG_DUMP_UOP", "DEBUG_FORCE_SERIAL",
     "DEBUG_SKIP_READ_BARRIER", "DEBUG_SKIP_WRITE_BARRIER", "CommandQueue", "DataBuffer", "DEVICE_METHODS", "Device",
-    "open_device", "DeadlockError", "DeviceError", "DeviceMemoryError", "DeviceTimeout", "DramAccessError",
+    "open_device", "ENTRY_POINT_GROUP", "device_factory", "device_targets", "register_device",
+    "unregister_device", "DeadlockError", "DeviceError", "DeviceMemoryError", "DeviceTimeout", "DramAccessError",
     "IllegalInstructionError", "MissingFinishError", "ProgramError", "RuntimeUsageError", "SramIndexError",
     "UnbalancedTokensError", "VTAError", "MODE_ALU", "MODE_GEMM", "UopKernel", "command_handle",
     "set_command_queue", "shutdown",

@@ -76,13 +76,29 @@ def test_program_fpga_round_trip(server, tmp_path, monkeypatch):
     bit.write_bytes(os.urandom(4096))
     assert "TARGET sim has no FPGA: recorded vta.bit" in server.call(vta.program_fpga, str(bit))
     assert server.call(status)["bitstream"] == {"name": "vta.bit", "sha256": file_digest(bit)}
-    # default: the cached bitstream for the configuration
+    # a board configuration without a bitstream argument: the cached bitstream for it
     monkeypatch.setenv("VTA_CACHE_PATH", str(tmp_path / "cache"))
     monkeypatch.delenv("VTA_BITSTREAM_URL", raising=False)
+    board = vta.Environment(load_config().replace(TARGET="pynq"))
     with pytest.raises(vta.bitstream.BitstreamError, match="no bitstream download location is configured"):
-        server.call(vta.program_fpga)
-    cached = install_bitstream(bit, load_config())
-    assert f"recorded {Path(cached).name}" in server.call(vta.program_fpga)
+        server.call(vta.program_fpga, None, board)
+    cached = install_bitstream(bit, board.config)
+    assert f"recorded {Path(cached).name}" in server.call(vta.program_fpga, None, board)
+    assert server.call(status)["bitstream"]["name"] == Path(cached).name
+
+
+@pytest.mark.parametrize("target", ["sim", "tsim"])
+def test_program_fpga_is_a_no_op_on_a_simulator(server, tmp_path, monkeypatch, target):
+    """As in the original, a simulator needs no bitstream: nothing is looked up, uploaded or programmed."""
+    monkeypatch.setenv("VTA_CACHE_PATH", str(tmp_path / "empty-cache"))
+    monkeypatch.delenv("VTA_BITSTREAM_URL", raising=False)
+    before = server.call(status)["bitstream"]
+    env = vta.Environment(load_config().replace(TARGET=target))
+    assert server.call(vta.program_fpga, None, env) == f"TARGET {target} is a simulator: no FPGA to program"
+    if target == vta.get_env().TARGET:
+        assert server.call(vta.program_fpga) == f"TARGET {target} is a simulator: no FPGA to program"
+    assert server.call(status)["bitstream"] == before
+    assert not (tmp_path / "empty-cache").exists()
 
 
 def push(remote, cfg_dict):
