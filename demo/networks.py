@@ -87,7 +87,8 @@ def resnet_demo() -> bool:
           f"one inference on fsim {run_s:.1f} s")
     print(f"          {pl.summary()}")
     first = pl.vta_rows[0]
-    print(f"          first layer folded (7 kernel columns into channels): {100 * first['macs'] / first['issued_macs']:.0f}%"
-          " of its issued MACs are useful")
-    print(f"          top-5 classes {list(np.argsort(-y[0])[:5])}; exact against the CPU run: {'yes' if exact else 'NO'}")
+    useful = 100 * first["macs"] / first["issued_macs"]
+    print(f"          first layer folded (7 kernel columns into channels): {useful:.0f}% of its issued MACs are useful")
+    print(f"          top-5 classes {list(np.argsort(-y[0])[:5])}; exact against the CPU run: "
+          f"{'yes' if exact else 'NO'}")
     return exact

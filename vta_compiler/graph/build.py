@@ -13,13 +13,14 @@ allocator of each device recycles the buffers instead.
 from __future__ import annotations
 
 import json
+import platform
 from dataclasses import dataclass
 
 import tvm
 from tvm import relax, tirx
 
-from ..build_module import PIPELINE, build_config
-from ..environment import Environment, get_env
+from ..build_module import PIPELINE, _host_mismatch, build_config
+from ..environment import SIMULATED_TARGETS, Environment, get_env
 from .ir import GraphError
 from .kernels import is_vta_kernel
 
@@ -52,15 +53,24 @@ def build(pmod: tvm.IRModule, env: Environment | None = None) -> relax.VMExecuta
     """Compile a packed network (``graph_pack``'s result) into one executable.
 
     The host code is built for the configuration's host CPU (``env.target_host``: the local CPU for
-    sim/tsim, ARM for the boards, so export it with a cross compiler there). The executable survives
-    ``export_library`` / ``tvm.runtime.load_module`` and runs on fsim, tsim or a board (over RPC).
+    sim/tsim, ARM for the boards, so export it with a cross compiler there: ``export_library(path,
+    fcompile=tvm.contrib.cc.cross_compiler("arm-linux-gnueabihf-g++"))``; a ``relax.VirtualMachine`` made
+    here from a board's executable raises ``vta.HostMismatchError`` with that advice). The executable
+    survives ``export_library`` / ``tvm.runtime.load_module`` and runs on fsim, tsim or a board (over RPC).
     """
     env = env or get_env()
     if "vdevice" not in pmod.global_infos:
         raise GraphError("graph.build expects the result of graph.graph_pack (it declares the cpu and ext_dev "
                          "VDevices); for a CPU-only module use tvm.compile(mod, 'llvm')")
     with tvm.transform.PassContext(opt_level=3, disabled_pass=["StaticPlanBlockMemory"]):
-        return tvm.compile(pmod, target=env.target_host, tir_pipeline=GRAPH_PIPELINE)
+        ex = tvm.compile(pmod, target=env.target_host, tir_pipeline=GRAPH_PIPELINE)
+    if env.TARGET not in SIMULATED_TARGETS and platform.machine() not in ("armv7l", "aarch64"):
+        target, source = env.TARGET, env.config.source
+
+        def jit(*_args, **_kwargs):      # relax.VirtualMachine(ex, ...) here: say what to do instead
+            raise _host_mismatch(target, source)
+        ex.__dict__["jit"] = jit
+    return ex
 
 
 @dataclass

@@ -11,7 +11,6 @@ bias add) and a final ``relu`` or ``clip`` (the layer's ``act``).
 from __future__ import annotations
 
 import numpy as np
-
 from tvm import relax
 
 from .ir import Const, Graph, GraphError, Node
@@ -147,7 +146,7 @@ def _fold_next(layer: Node, nxt: Node) -> bool:
 def canonicalize(g: Graph) -> Graph:
     """Replace constant-weight conv2d/matmul (and what folds into them) by ``conv2d``/``dense`` nodes."""
     fold_constants(g)
-    for i, node in enumerate(list(g.nodes)):
+    for node in list(g.nodes):
         new = None
         if node.op == "relax.nn.conv2d":
             new = _conv_from(node)

@@ -35,7 +35,8 @@ def conv2d_nchw(x: np.ndarray, w: np.ndarray, strides, padding, dilation=(1, 1),
                 cols[..., i, j] = xs[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh,
                                      j * dw:j * dw + sw * (ow - 1) + 1:sw].transpose(0, 2, 3, 1)
         wg = w[g * og:(g + 1) * og].reshape(og, -1).astype(np.float32)
-        out[:, g * og:(g + 1) * og] = (cols.reshape(n * oh * ow, -1) @ wg.T).reshape(n, oh, ow, og).transpose(0, 3, 1, 2)
+        y = cols.reshape(n * oh * ow, -1) @ wg.T
+        out[:, g * og:(g + 1) * og] = y.reshape(n, oh, ow, og).transpose(0, 3, 1, 2)
     return out
 
 

@@ -17,7 +17,6 @@ from ..environment import Environment
 from ..top import conv2d as C
 from ..top import dense as D
 
-
 #: PrimFunc attribute that marks a VTA kernel (compiled with the "vta" TIR pipeline)
 KERNEL_ATTR = "vta.kernel"
 
