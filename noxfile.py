@@ -45,6 +45,7 @@ def sweeps(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks; results go to build/bench/results.json."""
     _install(session)
+    session.install("-e", ".[bench]")
     session.run("python", "-m", "bench", *session.posargs)
 
 

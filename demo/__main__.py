@@ -1,6 +1,8 @@
 """nox -s demo: run real work on the functional simulator (default config) and check it.
 
-A blocked GEMM driven through the runtime API, then a ResNet-18 convolution compiled with vta.build.
+A blocked GEMM driven through the runtime API, a ResNet-18 convolution compiled with vta.build, then
+whole networks: the digits classifier (float and int8-on-VTA accuracy side by side) and ResNet-18 end
+to end (quantize, graph_pack, build, run), each exact against the CPU run of the quantized model.
 """
 
 from __future__ import annotations
@@ -79,11 +81,22 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m demo", description=__doc__)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--layer", default="C5", help="ResNet-18 layer for the compiler demo (C1..C11)")
+    p.add_argument("--no-networks", action="store_true", help="skip the whole-network part")
     args = p.parse_args(argv)
     ok = gemm_demo(args.seed)
     from vta_compiler import HostMismatchError
     try:
         ok = conv_demo(args.seed, args.layer) and ok
+        if not args.no_networks:
+            import vta_runtime
+
+            from .networks import digits_demo, resnet_demo
+            vta_runtime.set_command_queue(CommandQueue(FsimDevice()))
+            try:
+                ok = digits_demo() and ok
+                ok = resnet_demo() and ok
+            finally:
+                vta_runtime.set_command_queue(None)
     except HostMismatchError as exc:   # a board TARGET: its code runs on the board, not here
         print(f"[compiler] {exc}")
         print("DEMO FAILED")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from .command_queue import (
     COPY_DEVICE_DST,
     COPY_DEVICE_SRC,
@@ -50,15 +52,26 @@ def command_handle() -> CommandQueue:
     return _command_queue
 
 
+def _release_device_buffers() -> None:
+    """Before the device changes: free what TVM keeps of the old device's memory for reuse (the pooled
+    allocator's free buffers, the device copies of compiled networks' constants)."""
+    if "tvm" in sys.modules and _command_queue is not None:
+        from . import tvm_bridge
+        tvm_bridge.release_device_buffers()
+
+
 def set_command_queue(queue: CommandQueue | None) -> None:
     """Make ``queue`` the process-wide command queue (for example one over a tsim or board device)."""
     global _command_queue
+    if queue is not _command_queue:
+        _release_device_buffers()
     _command_queue = queue
 
 
 def shutdown() -> None:
     """Drop the process-wide command queue (VTARuntimeShutdown)."""
     global _command_queue
+    _release_device_buffers()
     if _command_queue is not None:
         _command_queue.close()
     _command_queue = None
