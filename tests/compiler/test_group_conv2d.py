@@ -124,7 +124,7 @@ def test_kernel_packing():
     (GroupConv2DWorkload(1, 8, 8, 32, 64, 8, 3, 3, 1, 1, 1, 1), r"4 input and 8 output channels per group"),
     (GroupConv2DWorkload(1, 8, 8, 32, 32, 3, 3, 3, 1, 1, 1, 1), r"3 groups do not divide"),
     (GroupConv2DWorkload(1, 8, 8, 24, 24, 24, 3, 3, 1, 1, 1, 1), r"24 channels are not a whole number of 16-channel"),
-    (GroupConv2DWorkload(1, 60, 60, 32, 32, 2, 47, 47, 0, 0, 1, 1), r"no tiling fits .* INP buffer elements 2209 > 2048"),
+    (GroupConv2DWorkload(1, 60, 60, 32, 32, 2, 47, 47, 0, 0, 1, 1), r"no tiling fits .* INP buffer elements 2209"),
 ], ids=["cpg24", "cpg-in-ne-out", "groups-not-dividing", "partial-block", "too-big"])
 def test_unsupported_shapes_say_why(wkl, pattern):
     import re

@@ -7,6 +7,7 @@ why VTA cannot run a shape (None when it can).
 
 from __future__ import annotations
 
+from .bitpack import bitpack, bitpack_np, bitunpack, bitunpack_np
 from .conv2d import (
     RESNET18,
     Conv2DTiling,
@@ -16,7 +17,6 @@ from .conv2d import (
     conv2d_tiling,
     schedule_conv2d_packed,
 )
-from .bitpack import bitpack, bitpack_np, bitunpack, bitunpack_np
 from .conv2d_transpose import (
     DCGAN,
     UNET_DECODER,

@@ -29,7 +29,8 @@ def bitpack(data: te.Tensor, bits: int, pack_type: str = "int8", name: str = "bi
     lanes = _lanes(bits, pack_type)
     shape = [int(d) for d in data.shape]
     if shape[-1] % lanes:
-        raise ValueError(f"the lowest dimension ({shape[-1]}) must be a multiple of {lanes} values per {pack_type} word")
+        raise ValueError(f"the lowest dimension ({shape[-1]}) must be a multiple of {lanes} values per {pack_type} "
+                         "word")
     mask = tirx.const((1 << bits) - 1, pack_type)
 
     def word(*idx):

@@ -35,7 +35,7 @@ from ..environment import Environment, get_env
 from ..transform.common import VTACompileError
 from ..transform.uop import kernel_uop_budget
 from ..transform.vthread import PIPELINE
-from .common import attach_epilogue, divisors, epilogue, find_blocks, mock_names, pragma
+from .common import attach_epilogue, chunk_cycles, divisors, epilogue, find_blocks, mock_names, pragma
 from .conv2d import TRAFFIC_WEIGHT
 
 
@@ -336,18 +336,14 @@ def estimate_cycles(env: Environment, wkl: GroupConv2DWorkload, hw: _HwGroups, t
     wgt_c = 0 if t.wgt_at == "co" else t.tile_g * t.tile_co * t.tile_ci * kh * kw * env.WGT_ELEM_BYTES / bus
     gemm_c = t.tile_g * t.tile_co * t.tile_h * t.tile_w * t.tile_ci * kh * kw
     threads = t.oc_nthread * t.h_nthread
+    tile = chunks * chunk_cycles(inp_c + wgt_c, gemm_c, threads, t.ko_nthread > 1, t.h_nthread)
     if t.ko_nthread > 1:
-        tile = inp_c + wgt_c + chunks * max(inp_c + wgt_c, gemm_c)
-    elif threads > 1:
-        # threads over channel blocks share the input tile; over groups they share nothing; over rows, weights
-        shared_in = t.oc_nthread == 1 or t.tile_g == 1
-        shared = inp_c if (t.h_nthread == 1 and shared_in) else (wgt_c if t.oc_nthread == 1 else 0.0)
-        tile = chunks * (shared + (inp_c + wgt_c - shared) / threads + gemm_c)
-    else:
-        tile = chunks * (inp_c + wgt_c + gemm_c)
+        tile += inp_c + wgt_c       # the first chunk's loads
     acc_elems = t.tile_g * t.tile_co * t.tile_h * t.tile_w
-    tile += 5 * acc_elems / threads + acc_elems * env.OUT_ELEM_BYTES / bus / threads + 40
-    total = n_co * n_sp * tile
+    tile += 5 * acc_elems + acc_elems * env.OUT_ELEM_BYTES / bus / threads + 40     # ALU: one compute module
+    # the first tile's loads and the last one's GEMMs overlap nothing: big tiles pay for it
+    chunk_wgt_c = t.tile_g * t.tile_co * t.tile_ci * kh * kw * env.WGT_ELEM_BYTES / bus
+    total = n_co * n_sp * tile + (inp_c + chunk_wgt_c + gemm_c) / threads
     wgt_bytes = hw.groups * hw.cob_g * hw.cib_g * kh * kw * env.WGT_ELEM_BYTES
     if t.wgt_at == "co":
         total += wgt_bytes / bus
