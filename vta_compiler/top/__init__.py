@@ -1,8 +1,8 @@
 """Operators in VTA's packed layouts with their schedules (spec 5.6), and numpy packing helpers.
 
-Each operator has a workload dataclass, a ``*_layer`` PrimFunc builder, a ``schedule_*_packed``
-(automatic tiling from the workload), its weight packing and a ``*_supported(wkl, env)`` that says
-why VTA cannot run a shape (None when it can).
+Each operator has a ``*_layer`` PrimFunc builder and a ``schedule_*_packed`` with automatic tiling;
+the group, depthwise and transposed convolutions also have a ``*_supported(wkl, env)`` that says in
+one sentence why VTA cannot run a shape (None when it can), for whole-network placement.
 """
 
 from __future__ import annotations
