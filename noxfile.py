@@ -36,9 +36,11 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def sweeps(session: nox.Session) -> None:
-    """Slow compiler sweeps: every ResNet-18 layer under random interleavings, many tilings (~2 minutes)."""
+    """Slow compiler sweeps: every ResNet-18, MobileNet group/depthwise, DCGAN and U-Net layer under random
+    interleavings, many tilings per layer (several minutes)."""
     _install(session)
-    session.run("pytest", "-q", "tests/compiler/test_sweeps.py", *session.posargs, env={"VTA_SWEEPS": "1"})
+    session.run("pytest", "-q", "tests/compiler/test_sweeps.py", "tests/compiler/test_operator_sweeps.py",
+                *session.posargs, env={"VTA_SWEEPS": "1"})
 
 
 @nox.session
