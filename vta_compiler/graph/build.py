@@ -1,9 +1,13 @@
 """``graph.build``: one executable with the VTA kernels and the host code, and ``placement``.
 
-The registered TIR pipeline ``"vta.graph"`` sends the VTA kernels (PrimFuncs marked ``vta.kernel``)
-through the "vta" pipeline inside ``vta.build_config()``, and every other PrimFunc (host operators,
-including those legalized for tensors in device memory) through TVM's default pipeline. The
-Relax VM runs the result with ``relax.VirtualMachine(ex, [tvm.cpu(), tvm.ext_dev(0)])``.
+``graph.build`` compiles the VTA kernels (PrimFuncs marked ``vta.kernel``) with the "vta" TIR
+pipeline into one library, with the host side at LLVM -O0 (a kernel's host code is a sequence of
+runtime calls, and -O3 tripled the build time for nothing), rewrites their ``call_tir`` sites to
+``call_dps_packed`` of the compiled functions, and builds the rest (host operators, including those
+legalized for tensors in device memory) with TVM's default pipeline, the kernel library imported.
+The registered TIR pipeline ``"vta.graph"`` also compiles a packed module in one go
+(``tvm.compile(pmod, "llvm", tir_pipeline="vta.graph")``): it sends the kernels through the "vta"
+pipeline and every other PrimFunc through the default one.
 
 Relax's ``StaticPlanBlockMemory`` shares storage between tensors by size and dtype only, not by
 device, so it could hand a CPU op's output ext_dev storage; it is disabled and the VM's pooled
@@ -49,6 +53,23 @@ def _graph_pipeline_factory():
 tirx.register_tir_pipeline(GRAPH_PIPELINE, _graph_pipeline_factory)
 
 
+@relax.expr_functor.mutator
+class _KernelCalls(relax.PyExprMutator):
+    """``call_tir`` of a separately compiled kernel becomes ``call_dps_packed`` of its symbol."""
+
+    def __init__(self, names: set[str]):
+        super().__init__()
+        self.names = names
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir" and \
+                isinstance(call.args[0], relax.GlobalVar) and call.args[0].name_hint in self.names:
+            return relax.call_dps_packed(relax.ExternFunc(call.args[0].name_hint), call.args[1],
+                                         out_ty=call.ty_args[0])
+        return call
+
+
 def build(pmod: tvm.IRModule, env: Environment | None = None) -> relax.VMExecutable:
     """Compile a packed network (``graph_pack``'s result) into one executable.
 
@@ -62,8 +83,18 @@ def build(pmod: tvm.IRModule, env: Environment | None = None) -> relax.VMExecuta
     if "vdevice" not in pmod.global_infos:
         raise GraphError("graph.build expects the result of graph.graph_pack (it declares the cpu and ext_dev "
                          "VDevices); for a CPU-only module use tvm.compile(mod, 'llvm')")
+    kernels = {gv: f for gv, f in pmod.functions.items() if is_vta_kernel(f)}
+    host = tvm.IRModule({gv: f for gv, f in pmod.functions.items() if gv not in kernels},
+                        global_infos=pmod.global_infos)
+    if kernels:
+        quick_host = dict(env.target_host.export(), **{"opt-level": 0})
+        with build_config():
+            lib = tirx.build(tvm.IRModule(kernels), target=tvm.target.Target(env.target.export(), host=quick_host),
+                             pipeline=PIPELINE)
+        host["main"] = _KernelCalls({gv.name_hint for gv in kernels}).visit_expr(pmod["main"])
+        host = host.with_attr("external_mods", [lib])
     with tvm.transform.PassContext(opt_level=3, disabled_pass=["StaticPlanBlockMemory"]):
-        ex = tvm.compile(pmod, target=env.target_host, tir_pipeline=GRAPH_PIPELINE)
+        ex = tvm.compile(host, target=env.target_host)
     if env.TARGET not in SIMULATED_TARGETS and platform.machine() not in ("armv7l", "aarch64"):
         target, source = env.TARGET, env.config.source
 
