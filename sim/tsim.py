@@ -175,8 +175,10 @@ def build_library(verilog: Path, beat_bytes: int, *, trace: bool = False, progre
         progress(f"[tsim] verilated and compiled in {time.perf_counter() - t0:.0f} s; linking the harness")
         root = subprocess.run([vl, "--getenv", "VERILATOR_ROOT"], capture_output=True, text=True).stdout.strip()
         tmp = out / "libvta_tsim.so.tmp"
+        # -isystem: -Wall -Werror for the harness, not for Verilator's headers
         link = ["g++", "-shared", "-fPIC", "-std=c++17", "-O2", "-Wall", "-Werror", f"-DAXI_BEAT_BYTES={beat_bytes}",
-                f"-DVM_TRACE_FST={1 if trace else 0}", f"-I{obj}", f"-I{root}/include", f"-I{root}/include/vltstd",
+                f"-DVM_TRACE_FST={1 if trace else 0}", "-isystem", str(obj), "-isystem", f"{root}/include",
+                "-isystem", f"{root}/include/vltstd",
                 str(HARNESS), str(obj / "Vtop__ALL.a"), str(obj / "libverilated.a"), "-pthread", "-lz",
                 "-o", str(tmp)]
         _run_with_progress(link, "harness link", log, progress)
@@ -376,12 +378,14 @@ class Harness:
     def __init__(self, lib_path: Path, memory: np.ndarray, *, beat_bytes: int, max_burst_beats: int,
                  read_ids, write_id: int, bus: BusModel | None = None, waveform: str | None = None):
         self.lib = lib = _load(lib_path)
+        bus = bus or BusModel()
+        bus.params()                  # refuse bad settings before anything is allocated
         mask = sum(1 << int(i) for i in read_ids)
         self._h = ctypes.c_void_p(lib.tsim_create(waveform.encode() if waveform else None, max_burst_beats, mask,
                                                    write_id))
         self._memory = memory         # kept alive: the harness holds its pointer
         lib.tsim_set_memory(self._h, memory.ctypes.data, memory.nbytes)
-        self.set_bus(bus or BusModel())
+        self.set_bus(bus)
         self.reset()
 
     def live(self):
