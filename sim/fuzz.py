@@ -486,12 +486,17 @@ def _case(job: tuple[str, int]) -> tuple[Program, list[str]]:
     return prog, problems
 
 
+def build_all(names: list[str], quiet: bool = True) -> None:
+    """Build each config's tsim library once, before any worker needs it."""
+    from .tsim import build
+    for name in names:
+        build(load_config(configs()[name]), progress=(lambda msg: None) if quiet else None)
+
+
 def run_all(cases: list[tuple[str, int]], jobs: int = 1):
     """Yield ``(program, problems)`` for each (config name, seed) in ``cases``, in completion order,
     from ``jobs`` worker processes (each case on its own fresh devices)."""
-    from .tsim import build
-    for name in sorted({name for name, _ in cases}):     # build each tsim library once, up front
-        build(load_config(configs()[name]), progress=lambda msg: None)
+    build_all(sorted({name for name, _ in cases}))
     jobs = max(1, min(jobs, len(cases)))
     if jobs == 1:
         yield from map(_case, cases)
@@ -506,6 +511,7 @@ def fuzz(n: int, seed: int = 0, names: list[str] | None = None, quiet: bool = Fa
     processes; returns the failures, ordered by seed."""
     names = names or list(configs())
     cases = [(names[k % len(names)], seed + k) for k in range(n)]
+    build_all(names, quiet)
     failures = []
     t0 = time.perf_counter()
     for done, (prog, problems) in enumerate(run_all(cases, jobs), 1):
@@ -537,11 +543,12 @@ def main(argv: list[str] | None = None) -> int:
     names = args.config or list(configs())
     print(f"fuzzing {args.n} programs (seeds {args.seed}..{args.seed + args.n - 1}) on {', '.join(names)} "
           f"with {args.jobs} worker(s)", flush=True)
+    build_all(names, quiet=False)
     t0 = time.perf_counter()
     failures = fuzz(args.n, args.seed, names, jobs=args.jobs)
     dt = time.perf_counter() - t0
-    print(f"{args.n} programs, {len(failures)} mismatches, {dt:.0f} s ({args.n / dt:.2f} programs/s); "
-          f"seeds {args.seed}..{args.seed + args.n - 1} on {', '.join(names)}")
+    print(f"{args.n} programs, {len(failures)} mismatches, {dt:.0f} s ({args.n / dt:.2f} programs/s, builds "
+          f"excluded); seeds {args.seed}..{args.seed + args.n - 1} on {', '.join(names)}, {args.jobs} worker(s)")
     return 1 if failures else 0
 
 
