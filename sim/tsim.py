@@ -241,9 +241,9 @@ class BusModel:
             raise ValueError(f"BusModel.stall: unknown channel(s) {sorted(unknown)}; the channels are {CHANNELS}")
         rl = self.read_latency if isinstance(self.read_latency, tuple) else (self.read_latency,) * 2
         wl = self.write_latency if isinstance(self.write_latency, tuple) else (self.write_latency,) * 2
-        for name, value in (*((f"stall[{c!r}]", v) for c, v in stall.items()),):
+        for c, value in stall.items():
             if not 0 <= value <= 95:
-                raise ValueError(f"BusModel.{name}={value}: a stall chance is a percentage from 0 to 95")
+                raise ValueError(f"BusModel.stall[{c!r}]={value}: a stall chance is a percentage from 0 to 95")
         for name, (lo, hi) in (("read_latency", rl), ("write_latency", wl)):
             if not 0 <= lo <= hi < 1 << 20:
                 raise ValueError(f"BusModel.{name}={(lo, hi)}: need 0 <= min <= max < 2**20 cycles")
@@ -317,6 +317,8 @@ def _load(lib_path: Path) -> ctypes.CDLL:
 
 def _messages(count_fn, message_fn, handle) -> tuple[list[str], int]:
     total = int(count_fn(handle))
+    if not total:
+        return [], 0
     out, buf = [], ctypes.create_string_buffer(1024)
     for k in range(min(total, 32)):
         if message_fn(handle, k, buf, len(buf)) < 0:
@@ -373,7 +375,8 @@ def checker_library() -> Path:
 
 class Harness:
     """A Verilated top with the ports of ``vta_core`` in the harness: reset, AXI-Lite register
-    access, clocking, and the bus checker's verdict (``check()`` raises :class:`BusProtocolError`)."""
+    access, clocking, and the bus checker's verdict (``check()`` raises :class:`BusProtocolError`).
+    Violations are kept for the life of the harness: after one, every call raises again."""
 
     def __init__(self, lib_path: Path, memory: np.ndarray, *, beat_bytes: int, max_burst_beats: int,
                  read_ids, write_id: int, bus: BusModel | None = None, waveform: str | None = None):
