@@ -463,11 +463,22 @@ class TsimDevice(SimulatedMemoryDevice, RegisterDevice):
                                 read_ids=[c for c in DmaClient if c != DmaClient.OUT], write_id=DmaClient.OUT,
                                 bus=bus, waveform=self.waveform)
         self.lib = self._harness.lib
-        super().__init__(cfg, self._harness.read32, self._harness.write32, self._advance)
+        super().__init__(cfg, self._read32, self._write32, self._advance)
 
     @property
     def bus(self) -> BusModel:
         return self._harness.bus
+
+    # register access and the harness handle (tests/boards also drive the core through these)
+    @property
+    def _h(self):
+        return self._harness.live()
+
+    def _read32(self, offset: int) -> int:
+        return self._harness.read32(offset)
+
+    def _write32(self, offset: int, value: int) -> None:
+        self._harness.write32(offset, value)
 
     def _advance(self) -> None:
         self._harness.run(RUN_CHUNK)
