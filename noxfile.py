@@ -60,7 +60,7 @@ def synth(session: nox.Session) -> None:
 
 @nox.session
 def fuzz(session: nox.Session) -> None:
-    """Differential fuzzing of fsim against tsim: ``nox -s fuzz -- N [--seed S]``."""
+    """Differential fuzzing of fsim against tsim on random buses: ``nox -s fuzz -- N [--seed S] [--jobs J]``."""
     _install(session)
     session.run("python", "-m", "sim.fuzz", *(session.posargs or ["200"]))
 
