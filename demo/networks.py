@@ -89,6 +89,6 @@ def resnet_demo() -> bool:
     first = pl.vta_rows[0]
     useful = 100 * first["macs"] / first["issued_macs"]
     print(f"          first layer folded (7 kernel columns into channels): {useful:.0f}% of its issued MACs are useful")
-    print(f"          top-5 classes {list(np.argsort(-y[0])[:5])}; exact against the CPU run: "
+    print(f"          top-5 classes {[int(k) for k in np.argsort(-y[0])[:5]]}; exact against the CPU run: "
           f"{'yes' if exact else 'NO'}")
     return exact
