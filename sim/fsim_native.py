@@ -1,0 +1,234 @@
+"""Build (once, cached) and load fsim's C++ engine (``fsim_engine.cc``), and call it through ctypes.
+
+The library is compiled with the system C++ compiler (``$CXX``, else ``g++``, else ``c++``) and
+cached under ``build/fsim/<hash>/`` (or ``$VTA_CACHE_DIR/fsim/<hash>/``), where the hash covers
+the source, the compiler command and version, the enum values from ``vta_hw.spec`` and the host
+CPU's feature flags (the build uses ``-march=native``). Everything else the engine needs
+(field positions, buffer geometry, the token-queue table) is passed from ``vta_hw.spec`` when an
+``Engine`` is created, so one library serves every config.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+from vta_hw.spec import TOKEN_QUEUES, AluOp, Config, MemType, Opcode, Stage, token_pops, token_pushes
+from vta_runtime.errors import DeviceError
+
+SOURCE = Path(__file__).with_name("fsim_engine.cc")
+
+# Status codes and report slots of fsim_engine.cc.
+OK, DEADLOCK, TIMEOUT, SRAM_INDEX, INTERNAL = range(5)
+REPORT_LEN = 10
+#: what overflowed, for SRAM_INDEX (report[1]): (name in the message, config depth attribute)
+SRAM_WHAT = (("GEMM ACC (dst)", "ACC_BUFF_DEPTH"), ("GEMM INP (src)", "INP_BUFF_DEPTH"),
+             ("GEMM WGT", "WGT_BUFF_DEPTH"), ("ALU ACC (dst)", "ACC_BUFF_DEPTH"), ("ALU ACC (src)", "ACC_BUFF_DEPTH"))
+
+#: (format, field) in the order of fsim_engine.cc's FieldId. The ALU format's loop fields sit
+#: where the GEMM format's do (checked in Engine), so the engine reads them through the GEMM ones.
+FIELDS = (
+    ("mem", "opcode"), ("mem", "pop_prev_dep"), ("mem", "pop_next_dep"), ("mem", "push_prev_dep"),
+    ("mem", "push_next_dep"),
+    ("mem", "memory_type"), ("mem", "sram_base"), ("mem", "dram_base"), ("mem", "y_size"), ("mem", "x_size"),
+    ("mem", "x_stride"), ("mem", "y_pad_0"), ("mem", "y_pad_1"), ("mem", "x_pad_0"), ("mem", "x_pad_1"),
+    ("gemm", "reset_reg"), ("gemm", "uop_bgn"), ("gemm", "uop_end"), ("gemm", "iter_out"), ("gemm", "iter_in"),
+    ("gemm", "dst_factor_out"), ("gemm", "dst_factor_in"), ("gemm", "src_factor_out"), ("gemm", "src_factor_in"),
+    ("gemm", "wgt_factor_out"), ("gemm", "wgt_factor_in"),
+    ("alu", "alu_opcode"), ("alu", "use_imm"), ("alu", "imm"),
+    ("uop", "dst_idx"), ("uop", "src_idx"), ("uop", "wgt_idx"),
+)
+#: counter names in the order of fsim_engine.cc's CounterId
+ENGINE_COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes",
+                   "gemm_counter", "alu_counter")
+_FLAGS = ("pop_prev_dep", "pop_next_dep", "push_prev_dep", "push_next_dep")
+
+
+class FsimBuildError(DeviceError):
+    """fsim's C++ engine could not be compiled."""
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("VTA_CACHE_DIR")
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parent.parent
+    if (repo / "pyproject.toml").exists() and os.access(repo, os.W_OK):
+        return repo / "build"
+    return Path.home() / ".cache" / "vta-py"
+
+
+def _compiler() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        raise FsimBuildError("fsim needs a C++ compiler to build its engine (sim/fsim_engine.cc): install g++ "
+                             "(Debian/Ubuntu: apt-get install g++) or point $CXX at one")
+    return cxx
+
+
+def _defines() -> list[str]:
+    enums = [(f"OP_{o.name}", o) for o in Opcode] + [(f"MEM_{m.name}", m) for m in MemType] + \
+        [(f"ALU_{a.name}", a) for a in AluOp]
+    return [f"-D{name}={int(value)}" for name, value in enums]
+
+
+def _command(cxx: str, out: Path) -> list[str]:
+    arch = ["-march=native"] if platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64") else []
+    return [cxx, "-std=c++17", "-O3", *arch, "-shared", "-fPIC", *_defines(), str(SOURCE), "-o", str(out)]
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def library_path() -> Path:
+    """The engine's path, compiling it first if the cache has no build for this source and compiler."""
+    cxx = _compiler()
+    try:
+        version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    except OSError as exc:
+        raise FsimBuildError(f"cannot run the C++ compiler {cxx!r} to build fsim's engine: {exc}") from None
+    probe = _command(cxx, Path("OUT"))
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), *probe, version, _cpu_flags()]).encode()).hexdigest()[:16]
+    path = cache_dir() / "fsim" / key / "libvta_fsim.so"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)    # one builder at a time; the others find its result
+        if path.exists():
+            return path
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            tmp_out = Path(tmp) / path.name
+            cmd = _command(cxx, tmp_out)
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise FsimBuildError("building fsim's engine failed:\n" + " ".join(cmd) + "\n" + res.stderr[-4000:])
+            os.replace(tmp_out, path)
+    return path
+
+
+_lib: ctypes.CDLL | None = None
+_lock = threading.Lock()
+
+
+def library() -> ctypes.CDLL:
+    """The loaded engine (built on first use)."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            lib = ctypes.CDLL(str(library_path()))
+            vp, i64, i32, dbl = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_double
+            sigs = {
+                "fsim_create": ([vp, i64], vp),
+                "fsim_destroy": ([vp], None),
+                "fsim_bind": ([vp, vp, vp, vp, vp, vp, vp, ctypes.c_uint64, vp], None),
+                "fsim_use_generic_gemm": ([vp, i32], None),
+                "fsim_has_fast_gemm": ([vp], i32),
+                "fsim_check": ([vp, vp, i64, vp, vp, i64], i64),
+                "fsim_run": ([vp, vp, i64, dbl, vp], i32),
+                "fsim_exec_one": ([vp, vp, dbl, vp], i32),
+            }
+            for name, (args, res) in sigs.items():
+                fn = getattr(lib, name)
+                fn.argtypes = args
+                fn.restype = res
+            _lib = lib
+    return _lib
+
+
+def _params(cfg: Config, counters: tuple[str, ...]) -> np.ndarray:
+    isa = cfg.isa
+    gemm, alu = isa.gemm, isa.alu
+    for name in ("uop_bgn", "uop_end", "iter_out", "iter_in", "dst_factor_out", "dst_factor_in", "src_factor_out",
+                 "src_factor_in"):
+        if gemm[name] != alu[name]:
+            raise DeviceError(f"fsim's engine reads the ALU field {name} at the GEMM field's position, "
+                              f"but the formats differ ({gemm[name]} vs {alu[name]})")
+    fmts = {"mem": isa.mem, "gemm": gemm, "alu": alu, "uop": isa.uop}
+    vals: list[int] = []
+    for fmt, name in FIELDS:
+        f = fmts[fmt][name]
+        vals += [f.lsb // 64, f.lsb % 64, f.width, int(f.signed)]
+    vals += [cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT,
+             cfg.INP_BUFF_DEPTH, cfg.WGT_BUFF_DEPTH, cfg.ACC_BUFF_DEPTH, cfg.UOP_BUFF_DEPTH]
+    elem = dict.fromkeys(range(5), 0)
+    elem.update({MemType.UOP: cfg.UOP_ELEM_BYTES, MemType.WGT: cfg.WGT_ELEM_BYTES, MemType.INP: cfg.INP_ELEM_BYTES,
+                 MemType.ACC: cfg.ACC_ELEM_BYTES, MemType.OUT: cfg.OUT_ELEM_BYTES})
+    vals += [elem[k] for k in range(5)]
+    vals.append(cfg.LOG_ACC_WIDTH + 1)
+    vals += [counters.index(c) for c in ENGINE_COUNTERS]
+    for stage in (Stage.LOAD, Stage.COMPUTE, Stage.STORE):
+        for flag in _FLAGS:
+            q = token_pops(stage, {flag: 1}) + token_pushes(stage, {flag: 1})
+            vals.append(TOKEN_QUEUES.index(q[0]) if q else -1)
+    return np.array(vals, dtype=np.int64)
+
+
+class Engine:
+    """One engine instance over one device's SRAMs, DRAM and counters (all numpy arrays it keeps alive)."""
+
+    def __init__(self, cfg: Config, counters: tuple[str, ...]):
+        self._lib = lib = library()
+        params = _params(cfg, counters)
+        handle = lib.fsim_create(params.ctypes.data, params.size)
+        if not handle:
+            raise DeviceError("fsim's engine refused its parameters (sim/fsim_native.py and fsim_engine.cc differ)")
+        self._handle = handle
+        self._finalizer = weakref.finalize(self, lib.fsim_destroy, handle)
+        self._report = np.zeros(REPORT_LEN, np.int64)
+        self._arrays: tuple = ()
+
+    def bind(self, inp: np.ndarray, wgt: np.ndarray, acc: np.ndarray, out: np.ndarray, uop: np.ndarray,
+             dram: np.ndarray, counters: np.ndarray) -> None:
+        for a in (inp, wgt, acc, out, uop, dram, counters):
+            assert a.flags.c_contiguous, "fsim's engine needs C-contiguous arrays"
+        assert (inp.dtype, wgt.dtype, acc.dtype, out.dtype, uop.dtype, dram.dtype, counters.dtype) == \
+            (np.int8, np.int8, np.int32, np.int8, np.uint32, np.uint8, np.int64)
+        self._arrays = (inp, wgt, acc, out, uop, dram, counters)
+        self._lib.fsim_bind(self._handle, *(a.ctypes.data for a in self._arrays[:6]), dram.nbytes,
+                            counters.ctypes.data)
+
+    def use_generic_gemm(self, on: bool) -> None:
+        """Use the plain GEMM loop even where the AVX2 kernel applies (to test one against the other)."""
+        self._lib.fsim_use_generic_gemm(self._handle, int(on))
+
+    @property
+    def has_fast_gemm(self) -> bool:
+        return bool(self._lib.fsim_has_fast_gemm(self._handle))
+
+    def check(self, words: np.ndarray, allocations: list[tuple[int, int]]) -> int:
+        """Index of the first instruction the static checks refuse, n for a missing FINISH, -1 if fine."""
+        alloc = np.array(allocations, dtype=np.int64).reshape(-1, 2)
+        starts, sizes = np.ascontiguousarray(alloc[:, 0]), np.ascontiguousarray(alloc[:, 1])
+        return self._lib.fsim_check(self._handle, words.ctypes.data, words.shape[0], starts.ctypes.data,
+                                    sizes.ctypes.data, alloc.shape[0])
+
+    def run(self, words: np.ndarray, timeout: float | None) -> tuple[int, np.ndarray]:
+        """Run a checked stream; (status, report)."""
+        status = self._lib.fsim_run(self._handle, words.ctypes.data, words.shape[0],
+                                    -1.0 if timeout is None else float(timeout), self._report.ctypes.data)
+        return status, self._report.copy()
+
+    def exec_one(self, word: np.ndarray, timeout: float | None) -> tuple[int, np.ndarray]:
+        """Execute one checked instruction (a (2,) uint64 array); (status, report)."""
+        status = self._lib.fsim_exec_one(self._handle, word.ctypes.data, -1.0 if timeout is None else float(timeout),
+                                         self._report.ctypes.data)
+        return status, self._report.copy()
