@@ -45,8 +45,9 @@ enum FieldId {
   // GEMM format
   F_RESET, F_UOP_BGN, F_UOP_END, F_ITER_OUT, F_ITER_IN, F_DST_FACTOR_OUT, F_DST_FACTOR_IN, F_SRC_FACTOR_OUT,
   F_SRC_FACTOR_IN, F_WGT_FACTOR_OUT, F_WGT_FACTOR_IN,
-  // ALU format (its loop fields are the GEMM ones)
-  F_ALU_OPCODE, F_USE_IMM, F_IMM,
+  // ALU format (its loop fields may be narrower than the GEMM ones)
+  F_ALU_UOP_BGN, F_ALU_UOP_END, F_ALU_ITER_OUT, F_ALU_ITER_IN, F_ALU_DST_FACTOR_OUT, F_ALU_DST_FACTOR_IN,
+  F_ALU_SRC_FACTOR_OUT, F_ALU_SRC_FACTOR_IN, F_ALU_OPCODE, F_USE_IMM, F_IMM,
   // uop format (bit positions inside the 32-bit uop)
   F_UOP_DST, F_UOP_SRC, F_UOP_WGT,
   NUM_FIELDS
@@ -184,7 +185,8 @@ struct Engine {
       uint64_t a = get(w, F_ALU_OPCODE);
       if (a != ALU_MIN && a != ALU_MAX && a != ALU_ADD && a != ALU_SHR) return true;
     }
-    if ((op == OP_GEMM || op == OP_ALU) && static_cast<int64_t>(get(w, F_UOP_END)) > p.uop_depth) return true;
+    if (op == OP_GEMM && static_cast<int64_t>(get(w, F_UOP_END)) > p.uop_depth) return true;
+    if (op == OP_ALU && static_cast<int64_t>(get(w, F_ALU_UOP_END)) > p.uop_depth) return true;
     if ((op == OP_LOAD || op == OP_STORE) && x) {
       uint64_t y = get(w, F_Y_SIZE), rows, cols;
       if (op == OP_STORE) {
@@ -270,13 +272,13 @@ struct Engine {
     bool empty() const { return nuops <= 0 || iter_out == 0 || iter_in == 0; }
   };
 
-  Loops loops(const uint64_t* w, bool with_wgt) {
-    int64_t bgn = static_cast<int64_t>(get(w, F_UOP_BGN)), end = static_cast<int64_t>(get(w, F_UOP_END));
-    Loops l{end - bgn, static_cast<int64_t>(get(w, F_ITER_OUT)), static_cast<int64_t>(get(w, F_ITER_IN)),
-            static_cast<int64_t>(get(w, F_DST_FACTOR_OUT)), static_cast<int64_t>(get(w, F_DST_FACTOR_IN)),
-            static_cast<int64_t>(get(w, F_SRC_FACTOR_OUT)), static_cast<int64_t>(get(w, F_SRC_FACTOR_IN)),
-            with_wgt ? static_cast<int64_t>(get(w, F_WGT_FACTOR_OUT)) : 0,
-            with_wgt ? static_cast<int64_t>(get(w, F_WGT_FACTOR_IN)) : 0};
+  Loops loops(const uint64_t* w, bool gemm) {
+    auto f = [&](FieldId g, FieldId a) { return static_cast<int64_t>(get(w, gemm ? g : a)); };
+    int64_t bgn = f(F_UOP_BGN, F_ALU_UOP_BGN), end = f(F_UOP_END, F_ALU_UOP_END);
+    Loops l{end - bgn, f(F_ITER_OUT, F_ALU_ITER_OUT), f(F_ITER_IN, F_ALU_ITER_IN),
+            f(F_DST_FACTOR_OUT, F_ALU_DST_FACTOR_OUT), f(F_DST_FACTOR_IN, F_ALU_DST_FACTOR_IN),
+            f(F_SRC_FACTOR_OUT, F_ALU_SRC_FACTOR_OUT), f(F_SRC_FACTOR_IN, F_ALU_SRC_FACTOR_IN),
+            gemm ? f(F_WGT_FACTOR_OUT, F_WGT_FACTOR_OUT) : 0, gemm ? f(F_WGT_FACTOR_IN, F_WGT_FACTOR_IN) : 0};
     if (l.empty()) return l;
     if (end > p.uop_depth) throw Internal{};
     u_dst.resize(l.nuops);

@@ -36,8 +36,7 @@ REPORT_LEN = 10
 SRAM_WHAT = (("GEMM ACC (dst)", "ACC_BUFF_DEPTH"), ("GEMM INP (src)", "INP_BUFF_DEPTH"),
              ("GEMM WGT", "WGT_BUFF_DEPTH"), ("ALU ACC (dst)", "ACC_BUFF_DEPTH"), ("ALU ACC (src)", "ACC_BUFF_DEPTH"))
 
-#: (format, field) in the order of fsim_engine.cc's FieldId. The ALU format's loop fields sit
-#: where the GEMM format's do (checked in Engine), so the engine reads them through the GEMM ones.
+#: (format, field) in the order of fsim_engine.cc's FieldId.
 FIELDS = (
     ("mem", "opcode"), ("mem", "pop_prev_dep"), ("mem", "pop_next_dep"), ("mem", "push_prev_dep"),
     ("mem", "push_next_dep"),
@@ -46,6 +45,8 @@ FIELDS = (
     ("gemm", "reset_reg"), ("gemm", "uop_bgn"), ("gemm", "uop_end"), ("gemm", "iter_out"), ("gemm", "iter_in"),
     ("gemm", "dst_factor_out"), ("gemm", "dst_factor_in"), ("gemm", "src_factor_out"), ("gemm", "src_factor_in"),
     ("gemm", "wgt_factor_out"), ("gemm", "wgt_factor_in"),
+    ("alu", "uop_bgn"), ("alu", "uop_end"), ("alu", "iter_out"), ("alu", "iter_in"), ("alu", "dst_factor_out"),
+    ("alu", "dst_factor_in"), ("alu", "src_factor_out"), ("alu", "src_factor_in"),
     ("alu", "alu_opcode"), ("alu", "use_imm"), ("alu", "imm"),
     ("uop", "dst_idx"), ("uop", "src_idx"), ("uop", "wgt_idx"),
 )
@@ -156,13 +157,7 @@ def library() -> ctypes.CDLL:
 
 def _params(cfg: Config, counters: tuple[str, ...]) -> np.ndarray:
     isa = cfg.isa
-    gemm, alu = isa.gemm, isa.alu
-    for name in ("uop_bgn", "uop_end", "iter_out", "iter_in", "dst_factor_out", "dst_factor_in", "src_factor_out",
-                 "src_factor_in"):
-        if gemm[name] != alu[name]:
-            raise DeviceError(f"fsim's engine reads the ALU field {name} at the GEMM field's position, "
-                              f"but the formats differ ({gemm[name]} vs {alu[name]})")
-    fmts = {"mem": isa.mem, "gemm": gemm, "alu": alu, "uop": isa.uop}
+    fmts = {"mem": isa.mem, "gemm": isa.gemm, "alu": isa.alu, "uop": isa.uop}
     vals: list[int] = []
     for fmt, name in FIELDS:
         f = fmts[fmt][name]
