@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,50 @@ def best_of(fn, repeat: int = 3) -> tuple[float, Any]:
         out = fn()
         best = min(best, time.perf_counter() - t0)
     return best, out
+
+
+def interleaved_best(fns: dict[str, Any], rounds: int = 10) -> dict[str, float]:
+    """Smallest wall time of each function over ``rounds`` rounds that call every function once in turn,
+    so that all of them see the same machine load (the minimum is the least noisy estimate)."""
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
+
+
+def _rss_high_water() -> int | None:
+    """Peak resident set of this process in bytes (Linux), or None."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def peak_memory(fn) -> dict[str, int | None]:
+    """Extra memory while ``fn()`` runs: the tracemalloc peak (Python and numpy allocations) and, on Linux, the
+    peak resident set over the resident set before (C++ allocations and touched pages included)."""
+    rss = None
+    try:
+        with open("/proc/self/clear_refs", "w") as f:   # "5": reset the high-water mark to the current RSS
+            f.write("5")
+        rss = _rss_high_water()
+    except OSError:
+        pass
+    tracemalloc.start()
+    try:
+        fn()
+        _, traced = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    after = _rss_high_water() if rss is not None else None
+    return {"tracemalloc_peak_bytes": traced, "rss_peak_increase_bytes": None if rss is None else after - rss}
 
 
 class TimedDevice:
