@@ -1,30 +1,22 @@
 """Build (once, cached) and load fsim's C++ engine (``fsim_engine.cc``), and call it through ctypes.
 
-The library is compiled with the system C++ compiler (``$CXX``, else ``g++``, else ``c++``) and
-cached under ``build/fsim/<hash>/`` (or ``$VTA_CACHE_DIR/fsim/<hash>/``), where the hash covers
-the source, the compiler command and version, the enum values from ``vta_hw.spec`` and the host
-CPU's feature flags (the build uses ``-march=native``). Everything else the engine needs
-(field positions, buffer geometry, the token-queue table) is passed from ``vta_hw.spec`` when an
-``Engine`` is created, so one library serves every config.
+The library is built by ``vta_runtime.cxx`` (system C++ compiler, ``-O3 -march=native``, cached
+under ``build/vta_fsim/<hash>/``). Everything the engine needs from the ISA (field positions,
+buffer geometry, the token-queue table) is passed from ``vta_hw.spec`` when an ``Engine`` is
+created, so one library serves every config; the enum values are -D defines.
 """
 
 from __future__ import annotations
 
 import ctypes
-import fcntl
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 import threading
 import weakref
 from pathlib import Path
 
 import numpy as np
 
-from vta_hw.spec import TOKEN_QUEUES, AluOp, Config, MemType, Opcode, Stage, token_pops, token_pushes
+from vta_hw.spec import TOKEN_QUEUES, Config, MemType, Stage, token_pops, token_pushes
+from vta_runtime import cxx
 from vta_runtime.errors import DeviceError
 
 SOURCE = Path(__file__).with_name("fsim_engine.cc")
@@ -56,74 +48,9 @@ ENGINE_COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop
 _FLAGS = ("pop_prev_dep", "pop_next_dep", "push_prev_dep", "push_next_dep")
 
 
-class FsimBuildError(DeviceError):
-    """fsim's C++ engine could not be compiled."""
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("VTA_CACHE_DIR")
-    if env:
-        return Path(env)
-    repo = Path(__file__).resolve().parent.parent
-    if (repo / "pyproject.toml").exists() and os.access(repo, os.W_OK):
-        return repo / "build"
-    return Path.home() / ".cache" / "vta-py"
-
-
-def _compiler() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if not cxx:
-        raise FsimBuildError("fsim needs a C++ compiler to build its engine (sim/fsim_engine.cc): install g++ "
-                             "(Debian/Ubuntu: apt-get install g++) or point $CXX at one")
-    return cxx
-
-
-def _defines() -> list[str]:
-    enums = [(f"OP_{o.name}", o) for o in Opcode] + [(f"MEM_{m.name}", m) for m in MemType] + \
-        [(f"ALU_{a.name}", a) for a in AluOp]
-    return [f"-D{name}={int(value)}" for name, value in enums]
-
-
-def _command(cxx: str, out: Path) -> list[str]:
-    arch = ["-march=native"] if platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64") else []
-    return [cxx, "-std=c++17", "-O3", *arch, "-shared", "-fPIC", *_defines(), str(SOURCE), "-o", str(out)]
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def library_path() -> Path:
     """The engine's path, compiling it first if the cache has no build for this source and compiler."""
-    cxx = _compiler()
-    try:
-        version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-    except OSError as exc:
-        raise FsimBuildError(f"cannot run the C++ compiler {cxx!r} to build fsim's engine: {exc}") from None
-    probe = _command(cxx, Path("OUT"))
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), *probe, version, _cpu_flags()]).encode()).hexdigest()[:16]
-    path = cache_dir() / "fsim" / key / "libvta_fsim.so"
-    if path.exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)    # one builder at a time; the others find its result
-        if path.exists():
-            return path
-        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-            tmp_out = Path(tmp) / path.name
-            cmd = _command(cxx, tmp_out)
-            res = subprocess.run(cmd, capture_output=True, text=True)
-            if res.returncode != 0:
-                raise FsimBuildError("building fsim's engine failed:\n" + " ".join(cmd) + "\n" + res.stderr[-4000:])
-            os.replace(tmp_out, path)
-    return path
+    return cxx.build("vta_fsim", SOURCE, ["-O3", *cxx.native_arch(), *cxx.enum_defines()], "fsim's engine")
 
 
 _lib: ctypes.CDLL | None = None

@@ -8,6 +8,7 @@ with RTLD_GLOBAL so that TVM finds ``device_api.ext_dev``.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import os
@@ -79,4 +80,7 @@ def load() -> ctypes.CDLL:
         from vta_runtime import tvm_bridge
         tvm_bridge.register()
         _lib = ctypes.CDLL(str(library_path()), mode=ctypes.RTLD_GLOBAL)
+        import tvm_ffi
+        # ext_dev tensors still alive at exit must not call into a Python that is shutting down
+        atexit.register(tvm_ffi.get_global_func("vta.ext_dev.Shutdown"))
     return _lib
