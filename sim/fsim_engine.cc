@@ -109,9 +109,8 @@ struct Engine {
 
   // scratch, sized by the SRAM depths once
   std::vector<uint32_t> u_dst, u_src, u_wgt;   // decoded uops of one instruction
-  std::vector<uint32_t> touched;               // stamp per ACC row: written by the current GEMM
-  std::vector<int64_t> touched_rows;           // the rows stamped, in first-write order
-  uint32_t touch_stamp = 0;
+  std::vector<const int16_t*> tiles;           // their rearranged weight tiles (AVX2 kernel)
+  std::vector<uint32_t> order, group_end;      // uops grouped by destination row (group_by_dst)
   std::vector<int16_t> wgt_pairs;              // weight tiles rearranged for the AVX2 kernel
   std::vector<uint32_t> wgt_pairs_stamp;
   uint32_t pairs_stamp = 0;
@@ -248,6 +247,8 @@ struct Engine {
     if (static_cast<int64_t>(base + rows * cols) > depth_of(mt)) throw Internal{};
     uint8_t* block = sram_bytes(mt) + base * eb;
     if (xp0 || xp1 || yp0 || yp1) std::memset(block, 0, rows * cols * eb);
+    if (mt == MEM_WGT)   // the rearranged copies of these tiles are stale now
+      std::fill(wgt_pairs_stamp.begin() + base, wgt_pairs_stamp.begin() + base + rows * cols, 0);
     uint64_t start = get(w, F_DRAM_BASE), stride = get(w, F_X_STRIDE);
     for (uint64_t r = 0; r < y; ++r)
       std::memcpy(block + ((yp0 + r) * cols + xp0) * eb, dram_at((start + r * stride) * eb, x * eb), x * eb);
@@ -284,6 +285,7 @@ struct Engine {
     u_dst.resize(l.nuops);
     u_src.resize(l.nuops);
     u_wgt.resize(l.nuops);
+    tiles.resize(l.nuops);
     for (int64_t k = 0; k < l.nuops; ++k) {
       uint32_t u = uop[bgn + k];
       u_dst[k] = uop_field(u, F_UOP_DST);
@@ -307,27 +309,56 @@ struct Engine {
     return false;
   }
 
-  // acc[b][o] += sum_k inp[b][k] * wgt[o][k], 32-bit wrap-around. The plain loop: any config.
-  void gemm_uop_generic(int32_t* a, const int8_t* x, const int8_t* m) const {
+  // The uops of a GEMM, grouped by destination row: a GEMM only adds into the accumulators and
+  // 32-bit wrap-around addition does not depend on the order, so each group adds all its products
+  // into one accumulator row held in registers, and writes the row (and its OUT row) once.
+  void group_by_dst(const Loops& l) {
+    order.resize(l.nuops);
+    for (int64_t k = 0; k < l.nuops; ++k) order[k] = static_cast<uint32_t>(k);
+    std::stable_sort(order.begin(), order.end(), [this](uint32_t x, uint32_t y) { return u_dst[x] < u_dst[y]; });
+    group_end.clear();
+    for (int64_t k = 1; k <= l.nuops; ++k)
+      if (k == l.nuops || u_dst[order[k]] != u_dst[order[k - 1]]) group_end.push_back(static_cast<uint32_t>(k));
+  }
+
+  // OUT = the low 8 bits of an accumulator row. (Local restrict pointers: an int8 store may alias
+  // anything, which would make the compiler reload every member after each one.)
+  void write_out(int64_t row) const {
+    const int64_t lanes = acc_lanes();
+    const int32_t* __restrict a = acc + row * lanes;
+    int8_t* __restrict q = out + row * lanes;
+    for (int64_t j = 0; j < lanes; ++j) q[j] = static_cast<int8_t>(a[j]);
+  }
+
+  // acc[b][o] += sum over the group's uops of sum_k inp[b][k] * wgt[o][k]. The plain loop: any config.
+  void gemm_group_generic(int32_t* a, const int8_t* x0, const int8_t* w0, const uint32_t* ks, int64_t n) const {
     const int64_t bi = p.block_in, bo = p.block_out;
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t o = 0; o < bo; ++o) {
-        int32_t sum = 0;   // |sum| <= block_in * 2^14: no overflow for any legal block size
-        for (int64_t k = 0; k < bi; ++k) sum += int32_t(x[b * bi + k]) * int32_t(m[o * bi + k]);
-        a[b * bo + o] = static_cast<int32_t>(static_cast<uint32_t>(a[b * bo + o]) + static_cast<uint32_t>(sum));
+        uint32_t sum = static_cast<uint32_t>(a[b * bo + o]);
+        for (int64_t u = 0; u < n; ++u) {
+          const int8_t* x = x0 + u_src[ks[u]] * p.batch * bi + b * bi;
+          const int8_t* m = w0 + u_wgt[ks[u]] * bo * bi + o * bi;
+          int32_t dot = 0;   // |dot| <= block_in * 2^14: no overflow for any legal block size
+          for (int64_t k = 0; k < bi; ++k) dot += int32_t(x[k]) * int32_t(m[k]);
+          sum += static_cast<uint32_t>(dot);
+        }
+        a[b * bo + o] = static_cast<int32_t>(sum);
       }
   }
 
 #if defined(__AVX2__)
   // The same for 16x16 blocks with AVX2: pairs of 16-bit inputs times pairs of weights
-  // (_mm256_madd_epi16), 8 outputs per register. The weight tile is rearranged once per
-  // instruction into pairs[k/2][o][k%2] (pairs_of below).
+  // (_mm256_madd_epi16), 8 outputs per register; input pairs that are both zero are skipped
+  // (the zero-padded channels of a 3-channel image). Weight tiles are used rearranged as
+  // pairs[k/2][o][k%2], made when a tile is first used in a run and again after a WGT load
+  // overwrites it.
   static bool avx2_shape(const Params& p) { return p.block_in == 16 && p.block_out == 16; }
 
-  const int16_t* pairs_of(uint32_t t) {
-    int16_t* dst = wgt_pairs.data() + static_cast<size_t>(t) * 256;
+  const int16_t* pairs_of(int64_t t) {
+    int16_t* dst = wgt_pairs.data() + t * 256;
     if (wgt_pairs_stamp[t] != pairs_stamp) {
-      const int8_t* m = wgt + static_cast<size_t>(t) * 256;
+      const int8_t* m = wgt + t * 256;
       for (int kp = 0; kp < 8; ++kp)
         for (int o = 0; o < 16; ++o) {
           dst[kp * 32 + 2 * o] = m[o * 16 + 2 * kp];
@@ -338,21 +369,36 @@ struct Engine {
     return dst;
   }
 
-  void gemm_uop_avx2(int32_t* a, const int8_t* x, const int16_t* pairs) const {
-    for (int64_t b = 0; b < p.batch; ++b, a += 16, x += 16) {
-      __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
-      alignas(32) int32_t xpair[8];   // xpair[kp] = (x[2kp], x[2kp+1]) as two int16
-      _mm256_store_si256(reinterpret_cast<__m256i*>(xpair), x16);
+  // ks: the group's uops; x0: the iteration's input rows; tiles[k]: uop k's rearranged tile.
+  void gemm_group_avx2(int32_t* a, const int8_t* x0, const uint32_t* ks, int64_t n) const {
+    for (int64_t b = 0; b < p.batch; ++b, a += 16) {
       __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
       __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 8));
-      for (int kp = 0; kp < 8; ++kp) {
-        __m256i xx = _mm256_set1_epi32(xpair[kp]);
-        const __m256i* w = reinterpret_cast<const __m256i*>(pairs + kp * 32);
-        lo = _mm256_add_epi32(lo, _mm256_madd_epi16(xx, _mm256_loadu_si256(w)));
-        hi = _mm256_add_epi32(hi, _mm256_madd_epi16(xx, _mm256_loadu_si256(w + 1)));
+      __m256i lo2 = _mm256_setzero_si256(), hi2 = _mm256_setzero_si256();   // two chains: shorter latency
+      for (int64_t u = 0; u < n; ++u) {
+        const int8_t* x = x0 + (u_src[ks[u]] * p.batch + b) * 16;
+        const int16_t* w = tiles[ks[u]];
+        const __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+        // bit kp set: the input pair (x[2kp], x[2kp+1]) is zero
+        const uint32_t zero =
+            _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x16, _mm256_setzero_si256())));
+        const __m256i pairs_lo = _mm256_permute2x128_si256(x16, x16, 0x00);   // pairs 0-3 in both halves
+        const __m256i pairs_hi = _mm256_permute2x128_si256(x16, x16, 0x11);   // pairs 4-7
+#define VTA_PAIR(kp, half, imm, L, H)                                                              \
+        if (!(zero >> (kp) & 1)) {                                                                 \
+          const __m256i xx = _mm256_shuffle_epi32(half, imm);   /* pair kp in every 32-bit lane */ \
+          const __m256i* wp = reinterpret_cast<const __m256i*>(w + (kp) * 32);                     \
+          L = _mm256_add_epi32(L, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp)));                  \
+          H = _mm256_add_epi32(H, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp + 1)));              \
+        }
+        VTA_PAIR(0, pairs_lo, 0x00, lo, hi) VTA_PAIR(1, pairs_lo, 0x55, lo2, hi2)
+        VTA_PAIR(2, pairs_lo, 0xAA, lo, hi) VTA_PAIR(3, pairs_lo, 0xFF, lo2, hi2)
+        VTA_PAIR(4, pairs_hi, 0x00, lo, hi) VTA_PAIR(5, pairs_hi, 0x55, lo2, hi2)
+        VTA_PAIR(6, pairs_hi, 0xAA, lo, hi) VTA_PAIR(7, pairs_hi, 0xFF, lo2, hi2)
+#undef VTA_PAIR
       }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a), lo);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + 8), hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a), _mm256_add_epi32(lo, lo2));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + 8), _mm256_add_epi32(hi, hi2));
     }
   }
 #endif
@@ -374,72 +420,76 @@ struct Engine {
     if (!within(top(u_src, l, l.src_out, l.src_in), p.inp_depth, GEMM_SRC, report)) return ST_SRAM_INDEX;
     if (!within(top(u_wgt, l, l.wgt_out, l.wgt_in), p.wgt_depth, GEMM_WGT, report)) return ST_SRAM_INDEX;
     count(C_GEMM, l.nuops * l.iter_out * l.iter_in);
-    next_stamp(touch_stamp, touched);
-    touched_rows.clear();
+    group_by_dst(l);
+    const int64_t il = inp_lanes(), wl = wgt_lanes();
 #if defined(__AVX2__)
     const bool fast = !generic_gemm && avx2_shape(p);
-    if (fast) next_stamp(pairs_stamp, wgt_pairs_stamp);
+    const bool fixed_tiles = l.wgt_out == 0 && l.wgt_in == 0;
+    if (fast && fixed_tiles)
+      for (int64_t k = 0; k < l.nuops; ++k) tiles[k] = pairs_of(u_wgt[k]);
 #endif
-    const int64_t il = inp_lanes(), wl = wgt_lanes();
     for (int64_t o = 0; o < l.iter_out; ++o)
       for (int64_t i = 0; i < l.iter_in; ++i) {
-        int64_t d0 = o * l.dst_out + i * l.dst_in, s0 = o * l.src_out + i * l.src_in;
-        int64_t w0 = o * l.wgt_out + i * l.wgt_in;
-        for (int64_t k = 0; k < l.nuops; ++k) {
-          int64_t d = d0 + u_dst[k];
-          int32_t* a = acc + d * lanes;
-          const int8_t* x = inp + (s0 + u_src[k]) * il;
+        const int64_t d0 = o * l.dst_out + i * l.dst_in, s0 = o * l.src_out + i * l.src_in;
+        const int64_t w0 = o * l.wgt_out + i * l.wgt_in;
+        const int8_t* x0 = inp + s0 * il;
 #if defined(__AVX2__)
-          if (fast) {
-            gemm_uop_avx2(a, x, pairs_of(static_cast<uint32_t>(w0 + u_wgt[k])));
-          } else
+        if (fast && !fixed_tiles)
+          for (int64_t k = 0; k < l.nuops; ++k) tiles[k] = pairs_of(w0 + u_wgt[k]);
 #endif
-          {
-            gemm_uop_generic(a, x, wgt + (w0 + u_wgt[k]) * wl);
-          }
-          if (touched[d] != touch_stamp) {
-            touched[d] = touch_stamp;
-            touched_rows.push_back(d);
-          }
+        uint32_t begin = 0;
+        for (uint32_t end : group_end) {
+          const int64_t row = d0 + u_dst[order[begin]];
+#if defined(__AVX2__)
+          if (fast)
+            gemm_group_avx2(acc + row * lanes, x0, &order[begin], end - begin);
+          else
+#endif
+            gemm_group_generic(acc + row * lanes, x0, wgt + w0 * wl, &order[begin], end - begin);
+          write_out(row);
+          begin = end;
         }
         tick(l.nuops);
       }
-    for (int64_t d : touched_rows)   // OUT: the low 8 bits of every accumulator the GEMM wrote
-      for (int64_t j = 0; j < lanes; ++j) out[d * lanes + j] = static_cast<int8_t>(acc[d * lanes + j]);
     return ST_OK;
   }
 
+  // The ALU works on 32-bit lanes: both operands are 32-bit values (an immediate has 16 bits), so
+  // MIN and MAX are exact and ADD wraps around like the accumulator.
   // SHR's amount: the low shift_bits of the operand, signed; a negative amount shifts left.
-  int64_t shift_amount(int64_t rhs) const {
-    const int64_t half = int64_t{1} << (p.shift_bits - 1);
-    return ((rhs & ((int64_t{1} << p.shift_bits) - 1)) ^ half) - half;
+  int32_t shift_amount(int32_t rhs) const {
+    const int32_t half = int32_t{1} << (p.shift_bits - 1);
+    return ((rhs & ((int32_t{1} << p.shift_bits) - 1)) ^ half) - half;
   }
-  static int64_t shift(int64_t lhs, int64_t amount) {
-    if (amount >= 0) return lhs >> amount;
-    return static_cast<int64_t>(static_cast<uint64_t>(lhs) << std::min<int64_t>(-amount, 32));
+  static int32_t shift(int32_t lhs, int32_t amount) {
+    if (amount >= 0) return lhs >> std::min(amount, 31);   // 31 and more: the sign
+    if (amount <= -32) return 0;
+    return static_cast<int32_t>(static_cast<uint32_t>(lhs) << -amount);
   }
 
   // acc[dst] = op(acc[dst], operand) lane by lane, in program order (later uops see earlier
-  // results); operand is the immediate or acc[src]. Results wrap to 32 bits; OUT gets the low 8.
+  // results); operand is the immediate or acc[src]. OUT gets the low 8 bits.
   template <typename Op>
-  void alu_loops(const Loops& l, bool use_imm, int64_t imm, Op op) {
+  void alu_loops(const Loops& l, bool use_imm, int32_t imm, Op op) {
     const int64_t lanes = acc_lanes();
+    int32_t* const acc_rows = acc;   // locals: an int8 store would make the compiler reload members
+    int8_t* const out_rows = out;
     for (int64_t o = 0; o < l.iter_out; ++o)
       for (int64_t i = 0; i < l.iter_in; ++i) {
-        int64_t d0 = o * l.dst_out + i * l.dst_in, s0 = o * l.src_out + i * l.src_in;
+        const int64_t d0 = o * l.dst_out + i * l.dst_in, s0 = o * l.src_out + i * l.src_in;
         for (int64_t k = 0; k < l.nuops; ++k) {
-          int64_t d = d0 + u_dst[k];
-          int32_t* a = acc + d * lanes;
-          int8_t* q = out + d * lanes;
+          const int64_t d = d0 + u_dst[k];
+          int32_t* a = acc_rows + d * lanes;
+          int8_t* q = out_rows + d * lanes;
           if (use_imm) {
             for (int64_t j = 0; j < lanes; ++j) {
-              a[j] = static_cast<int32_t>(static_cast<uint32_t>(op(a[j], imm)));
+              a[j] = op(a[j], imm);
               q[j] = static_cast<int8_t>(a[j]);
             }
           } else {
-            const int32_t* s = acc + (s0 + u_src[k]) * lanes;
+            const int32_t* s = acc_rows + (s0 + u_src[k]) * lanes;
             for (int64_t j = 0; j < lanes; ++j) {   // lane j of s is read before lane j of a is written
-              a[j] = static_cast<int32_t>(static_cast<uint32_t>(op(a[j], s[j])));
+              a[j] = op(a[j], s[j]);
               q[j] = static_cast<int8_t>(a[j]);
             }
           }
@@ -456,17 +506,21 @@ struct Engine {
     if (!use_imm && !within(top(u_src, l, l.src_out, l.src_in), p.acc_depth, ALU_SRC, report))
       return ST_SRAM_INDEX;
     count(C_ALU, l.nuops * l.iter_out * l.iter_in);
-    const int64_t imm = get_signed(w, F_IMM);
+    const int32_t imm = static_cast<int32_t>(get_signed(w, F_IMM));
     switch (get(w, F_ALU_OPCODE)) {
-      case ALU_MIN: alu_loops(l, use_imm, imm, [](int64_t a, int64_t b) { return std::min(a, b); }); break;
-      case ALU_MAX: alu_loops(l, use_imm, imm, [](int64_t a, int64_t b) { return std::max(a, b); }); break;
-      case ALU_ADD: alu_loops(l, use_imm, imm, [](int64_t a, int64_t b) { return a + b; }); break;
+      case ALU_MIN: alu_loops(l, use_imm, imm, [](int32_t a, int32_t b) { return a < b ? a : b; }); break;
+      case ALU_MAX: alu_loops(l, use_imm, imm, [](int32_t a, int32_t b) { return a > b ? a : b; }); break;
+      case ALU_ADD:
+        alu_loops(l, use_imm, imm, [](int32_t a, int32_t b) {
+          return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+        });
+        break;
       default:   // SHR (the checks refused every other opcode)
         if (use_imm) {
-          const int64_t amount = shift_amount(imm);
-          alu_loops(l, true, imm, [amount](int64_t a, int64_t) { return shift(a, amount); });
+          const int32_t amount = shift_amount(imm);
+          alu_loops(l, true, imm, [amount](int32_t a, int32_t) { return shift(a, amount); });
         } else {
-          alu_loops(l, false, imm, [this](int64_t a, int64_t b) { return shift(a, shift_amount(b)); });
+          alu_loops(l, false, imm, [this](int32_t a, int32_t b) { return shift(a, shift_amount(b)); });
         }
     }
     return ST_OK;
@@ -482,7 +536,9 @@ struct Engine {
     }
   }
 
-  void start_clock(double timeout_s) {
+  // Before a run (or a lone instruction): the clock starts, and Python may have written the SRAMs.
+  void begin(double timeout_s) {
+    next_stamp(pairs_stamp, wgt_pairs_stamp);
     has_deadline = timeout_s >= 0;
     if (has_deadline)
       deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
@@ -586,7 +642,6 @@ void* fsim_create(const int64_t* params, int64_t nparams) {
   for (int c = 0; c < NUM_COUNTERS; ++c) p.counter_slot[c] = *v++;
   for (int s = 0; s < kStages; ++s)
     for (int f = 0; f < kFlags; ++f) p.queue_of[s][f] = *v++;
-  e->touched.assign(p.acc_depth, 0);
   e->wgt_pairs.assign(static_cast<size_t>(p.wgt_depth) * p.block_out * p.block_in, 0);
   e->wgt_pairs_stamp.assign(p.wgt_depth, 0);
   return e;
@@ -636,14 +691,14 @@ int64_t fsim_check(void* h, const uint64_t* words, int64_t n, const int64_t* sta
 // Run a checked stream until FINISH. Returns a Status; report as described above.
 int32_t fsim_run(void* h, const uint64_t* words, int64_t n, double timeout_s, int64_t* report) {
   auto* e = static_cast<Engine*>(h);
-  e->start_clock(timeout_s);
+  e->begin(timeout_s);
   return e->run(words, n, report);
 }
 
 // Execute one checked instruction (for schedulers written in Python, such as the tests' racy fsim).
 int32_t fsim_exec_one(void* h, const uint64_t* word, double timeout_s, int64_t* report) {
   auto* e = static_cast<Engine*>(h);
-  e->start_clock(timeout_s);
+  e->begin(timeout_s);
   try {
     return e->exec(word, report);
   } catch (const Timeout&) {
