@@ -22,16 +22,22 @@ def best_of(fn, repeat: int = 3) -> tuple[float, Any]:
     return best, out
 
 
-def interleaved_best(fns: dict[str, Any], rounds: int = 10) -> dict[str, float]:
-    """Smallest wall time of each function over ``rounds`` rounds that call every function once in turn,
-    so that all of them see the same machine load (the minimum is the least noisy estimate)."""
-    best = dict.fromkeys(fns, float("inf"))
-    for _ in range(rounds):
+def interleaved_best(fns: dict[str, Any], rounds: int = 10, min_seconds: float = 0.0) -> dict[str, tuple[float, float]]:
+    """Smallest wall time and smallest CPU time of the calling thread, per function, over rounds that call
+    every function once in turn, so that all of them see the same machine load (the minimum is the least
+    noisy estimate on a busy machine). At least ``rounds`` rounds, and more until ``min_seconds`` have passed."""
+    wall = dict.fromkeys(fns, float("inf"))
+    cpu = dict.fromkeys(fns, float("inf"))
+    start = time.perf_counter()
+    n = 0
+    while n < rounds or time.perf_counter() - start < min_seconds:
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return best
+            wall[name] = min(wall[name], time.perf_counter() - t0)
+            cpu[name] = min(cpu[name], time.thread_time() - c0)
+        n += 1
+    return {name: (wall[name], cpu[name]) for name in fns}
 
 
 def _rss_high_water() -> int | None:

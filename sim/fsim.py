@@ -91,8 +91,7 @@ class FsimDevice(SimulatedMemoryDevice):
         status, report = self.engine.run(p.words, timeout)
         if status != native.OK:
             self._raise(p, status, report, timeout)
-        heads, tokens = report[3:6], report[6:10]
-        if (heads == p.n).all() and not tokens.any():
+        if report[3:6] == [p.n] * 3 and not any(report[6:10]):   # every module done, no tokens left
             return
         queues, tokens = self._progress(p, report)
         err = unbalanced_error(self.isa, p, queues, tokens)
@@ -106,17 +105,17 @@ class FsimDevice(SimulatedMemoryDevice):
             report[0] = i
             self._raise(p, status, report, None)
 
-    def _progress(self, p: _Program, report: np.ndarray) -> tuple[dict, dict]:
+    def _progress(self, p: _Program, report: list[int]) -> tuple[dict, dict]:
         """The instructions each module has left, and the tokens in each queue, from an engine report."""
-        queues = remaining_after(p, dict(zip(_STAGES, report[3:6].tolist())))
-        tokens = dict(zip(TOKEN_QUEUES, report[6:10].tolist()))
+        queues = remaining_after(p, dict(zip(_STAGES, report[3:6])))
+        tokens = dict(zip(TOKEN_QUEUES, report[6:10]))
         return queues, tokens
 
-    def _raise(self, p: _Program, status: int, report: np.ndarray, timeout: float | None) -> None:
-        i = int(report[0])
+    def _raise(self, p: _Program, status: int, report: list[int], timeout: float | None) -> None:
+        i = report[0]
         if status == native.SRAM_INDEX:
             what, depth = native.SRAM_WHAT[report[1]]
-            raise SramIndexError(f"instruction {i}: {what} index {int(report[2])} is past the buffer depth "
+            raise SramIndexError(f"instruction {i}: {what} index {report[2]} is past the buffer depth "
                                  f"{getattr(self.config, depth)}", i)
         if status == native.DEADLOCK:
             queues, tokens = self._progress(p, report)

@@ -315,7 +315,8 @@ struct Engine {
   void group_by_dst(const Loops& l) {
     order.resize(l.nuops);
     for (int64_t k = 0; k < l.nuops; ++k) order[k] = static_cast<uint32_t>(k);
-    std::stable_sort(order.begin(), order.end(), [this](uint32_t x, uint32_t y) { return u_dst[x] < u_dst[y]; });
+    if (!std::is_sorted(u_dst.begin(), u_dst.begin() + l.nuops))   // usually they come sorted
+      std::stable_sort(order.begin(), order.end(), [this](uint32_t x, uint32_t y) { return u_dst[x] < u_dst[y]; });
     group_end.clear();
     for (int64_t k = 1; k <= l.nuops; ++k)
       if (k == l.nuops || u_dst[order[k]] != u_dst[order[k - 1]]) group_end.push_back(static_cast<uint32_t>(k));
@@ -424,33 +425,49 @@ struct Engine {
     const int64_t il = inp_lanes(), wl = wgt_lanes();
 #if defined(__AVX2__)
     const bool fast = !generic_gemm && avx2_shape(p);
-    const bool fixed_tiles = l.wgt_out == 0 && l.wgt_in == 0;
-    if (fast && fixed_tiles)
-      for (int64_t k = 0; k < l.nuops; ++k) tiles[k] = pairs_of(u_wgt[k]);
+#else
+    const bool fast = false;
 #endif
-    for (int64_t o = 0; o < l.iter_out; ++o)
-      for (int64_t i = 0; i < l.iter_in; ++i) {
-        const int64_t d0 = o * l.dst_out + i * l.dst_in, s0 = o * l.src_out + i * l.src_in;
-        const int64_t w0 = o * l.wgt_out + i * l.wgt_in;
-        const int8_t* x0 = inp + s0 * il;
+    auto set_tiles = [&](int64_t w0) {
 #if defined(__AVX2__)
-        if (fast && !fixed_tiles)
-          for (int64_t k = 0; k < l.nuops; ++k) tiles[k] = pairs_of(w0 + u_wgt[k]);
+      if (fast)
+        for (int64_t k = 0; k < l.nuops; ++k) tiles[k] = pairs_of(w0 + u_wgt[k]);
 #endif
+    };
+    // one group (uops order[begin..end)) at iteration (o, i)
+    auto run_group = [&](int64_t o, int64_t i, uint32_t begin, uint32_t end) {
+      const int64_t row = o * l.dst_out + i * l.dst_in + u_dst[order[begin]];
+      const int8_t* x0 = inp + (o * l.src_out + i * l.src_in) * il;
+#if defined(__AVX2__)
+      if (fast)
+        gemm_group_avx2(acc + row * lanes, x0, &order[begin], end - begin);
+      else
+#endif
+        gemm_group_generic(acc + row * lanes, x0, wgt + (o * l.wgt_out + i * l.wgt_in) * wl, &order[begin],
+                           end - begin);
+      write_out(row);
+    };
+    for (int64_t o = 0; o < l.iter_out; ++o) {
+      if (l.wgt_in == 0) {   // the tiles stay the same for all i: each group runs over i with its tiles hot
+        if (o == 0 || l.wgt_out) set_tiles(o * l.wgt_out);
         uint32_t begin = 0;
         for (uint32_t end : group_end) {
-          const int64_t row = d0 + u_dst[order[begin]];
-#if defined(__AVX2__)
-          if (fast)
-            gemm_group_avx2(acc + row * lanes, x0, &order[begin], end - begin);
-          else
-#endif
-            gemm_group_generic(acc + row * lanes, x0, wgt + w0 * wl, &order[begin], end - begin);
-          write_out(row);
+          for (int64_t i = 0; i < l.iter_in; ++i) run_group(o, i, begin, end);
+          tick(static_cast<int64_t>(end - begin) * l.iter_in);
           begin = end;
         }
-        tick(l.nuops);
+      } else {
+        for (int64_t i = 0; i < l.iter_in; ++i) {
+          set_tiles(o * l.wgt_out + i * l.wgt_in);
+          uint32_t begin = 0;
+          for (uint32_t end : group_end) {
+            run_group(o, i, begin, end);
+            begin = end;
+          }
+          tick(l.nuops);
+        }
       }
+    }
     return ST_OK;
   }
 

@@ -143,14 +143,14 @@ class Engine:
         return self._lib.fsim_check(self._handle, words.ctypes.data, words.shape[0], starts.ctypes.data,
                                     sizes.ctypes.data, alloc.shape[0])
 
-    def run(self, words: np.ndarray, timeout: float | None) -> tuple[int, np.ndarray]:
+    def run(self, words: np.ndarray, timeout: float | None) -> tuple[int, list[int]]:
         """Run a checked stream; (status, report)."""
         status = self._lib.fsim_run(self._handle, words.ctypes.data, words.shape[0],
                                     -1.0 if timeout is None else float(timeout), self._report.ctypes.data)
-        return status, self._report.copy()
+        return status, self._report.tolist()
 
-    def exec_one(self, word: np.ndarray, timeout: float | None) -> tuple[int, np.ndarray]:
+    def exec_one(self, word: np.ndarray, timeout: float | None) -> tuple[int, list[int]]:
         """Execute one checked instruction (a (2,) uint64 array); (status, report)."""
         status = self._lib.fsim_exec_one(self._handle, word.ctypes.data, -1.0 if timeout is None else float(timeout),
                                          self._report.ctypes.data)
-        return status, self._report.copy()
+        return status, self._report.tolist()
