@@ -370,8 +370,9 @@ struct Engine {
     return dst;
   }
 
-  // ks: the group's uops; x0: the iteration's input rows; tiles[k]: uop k's rearranged tile.
-  void gemm_group_avx2(int32_t* a, const int8_t* x0, const uint32_t* ks, int64_t n) const {
+  // ks: the group's uops; x0: the iteration's input rows; tiles[k]: uop k's rearranged tile;
+  // a, q: the accumulator and OUT rows, both written.
+  void gemm_group_avx2(int32_t* a, int8_t* q, const int8_t* x0, const uint32_t* ks, int64_t n) const {
     for (int64_t b = 0; b < p.batch; ++b, a += 16) {
       __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
       __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 8));
@@ -385,22 +386,45 @@ struct Engine {
             _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x16, _mm256_setzero_si256())));
         const __m256i pairs_lo = _mm256_permute2x128_si256(x16, x16, 0x00);   // pairs 0-3 in both halves
         const __m256i pairs_hi = _mm256_permute2x128_si256(x16, x16, 0x11);   // pairs 4-7
-#define VTA_PAIR(kp, half, imm, L, H)                                                              \
-        if (!(zero >> (kp) & 1)) {                                                                 \
-          const __m256i xx = _mm256_shuffle_epi32(half, imm);   /* pair kp in every 32-bit lane */ \
-          const __m256i* wp = reinterpret_cast<const __m256i*>(w + (kp) * 32);                     \
-          L = _mm256_add_epi32(L, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp)));                  \
-          H = _mm256_add_epi32(H, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp + 1)));              \
+#define VTA_PAIR(kp, half, imm, L, H)                                                            \
+        {                                                                                        \
+          const __m256i xx = _mm256_shuffle_epi32(half, imm); /* pair kp in every 32-bit lane */ \
+          const __m256i* wp = reinterpret_cast<const __m256i*>(w + (kp) * 32);                   \
+          L = _mm256_add_epi32(L, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp)));                \
+          H = _mm256_add_epi32(H, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp + 1)));            \
         }
-        VTA_PAIR(0, pairs_lo, 0x00, lo, hi) VTA_PAIR(1, pairs_lo, 0x55, lo2, hi2)
-        VTA_PAIR(2, pairs_lo, 0xAA, lo, hi) VTA_PAIR(3, pairs_lo, 0xFF, lo2, hi2)
-        VTA_PAIR(4, pairs_hi, 0x00, lo, hi) VTA_PAIR(5, pairs_hi, 0x55, lo2, hi2)
-        VTA_PAIR(6, pairs_hi, 0xAA, lo, hi) VTA_PAIR(7, pairs_hi, 0xFF, lo2, hi2)
+#define VTA_PAIR_IF(kp, half, imm, L, H) \
+        if (!(zero >> (kp) & 1)) VTA_PAIR(kp, half, imm, L, H)
+        if (zero == 0) {   // no zero pair (the usual case): no tests
+          VTA_PAIR(0, pairs_lo, 0x00, lo, hi) VTA_PAIR(1, pairs_lo, 0x55, lo2, hi2)
+          VTA_PAIR(2, pairs_lo, 0xAA, lo, hi) VTA_PAIR(3, pairs_lo, 0xFF, lo2, hi2)
+          VTA_PAIR(4, pairs_hi, 0x00, lo, hi) VTA_PAIR(5, pairs_hi, 0x55, lo2, hi2)
+          VTA_PAIR(6, pairs_hi, 0xAA, lo, hi) VTA_PAIR(7, pairs_hi, 0xFF, lo2, hi2)
+        } else {
+          VTA_PAIR_IF(0, pairs_lo, 0x00, lo, hi) VTA_PAIR_IF(1, pairs_lo, 0x55, lo2, hi2)
+          VTA_PAIR_IF(2, pairs_lo, 0xAA, lo, hi) VTA_PAIR_IF(3, pairs_lo, 0xFF, lo2, hi2)
+          VTA_PAIR_IF(4, pairs_hi, 0x00, lo, hi) VTA_PAIR_IF(5, pairs_hi, 0x55, lo2, hi2)
+          VTA_PAIR_IF(6, pairs_hi, 0xAA, lo, hi) VTA_PAIR_IF(7, pairs_hi, 0xFF, lo2, hi2)
+        }
+#undef VTA_PAIR_IF
 #undef VTA_PAIR
       }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a), _mm256_add_epi32(lo, lo2));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + 8), _mm256_add_epi32(hi, hi2));
+      lo = _mm256_add_epi32(lo, lo2);
+      hi = _mm256_add_epi32(hi, hi2);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + 8), hi);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 16), low_bytes(lo, hi));
     }
+  }
+
+  // The low byte of each of the 16 int32 lanes of (lo, hi), in order: the OUT row.
+  static __m128i low_bytes(__m256i lo, __m256i hi) {
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,   //
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i gather = _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0);   // dwords 0 (lanes 0-3) and 4 (4-7)
+    __m256i l = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(lo, pick), gather);
+    __m256i h = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(hi, pick), gather);
+    return _mm_unpacklo_epi64(_mm256_castsi256_si128(l), _mm256_castsi256_si128(h));
   }
 #endif
 
@@ -422,46 +446,26 @@ struct Engine {
     if (!within(top(u_wgt, l, l.wgt_out, l.wgt_in), p.wgt_depth, GEMM_WGT, report)) return ST_SRAM_INDEX;
     count(C_GEMM, l.nuops * l.iter_out * l.iter_in);
     group_by_dst(l);
-    const int64_t il = inp_lanes(), wl = wgt_lanes();
 #if defined(__AVX2__)
     const bool fast = !generic_gemm && avx2_shape(p);
 #else
     const bool fast = false;
 #endif
-    auto set_tiles = [&](int64_t w0) {
-#if defined(__AVX2__)
-      if (fast)
-        for (int64_t k = 0; k < l.nuops; ++k) tiles[k] = pairs_of(w0 + u_wgt[k]);
-#endif
-    };
-    // one group (uops order[begin..end)) at iteration (o, i)
-    auto run_group = [&](int64_t o, int64_t i, uint32_t begin, uint32_t end) {
-      const int64_t row = o * l.dst_out + i * l.dst_in + u_dst[order[begin]];
-      const int8_t* x0 = inp + (o * l.src_out + i * l.src_in) * il;
-#if defined(__AVX2__)
-      if (fast)
-        gemm_group_avx2(acc + row * lanes, x0, &order[begin], end - begin);
-      else
-#endif
-        gemm_group_generic(acc + row * lanes, x0, wgt + (o * l.wgt_out + i * l.wgt_in) * wl, &order[begin],
-                           end - begin);
-      write_out(row);
-    };
     for (int64_t o = 0; o < l.iter_out; ++o) {
       if (l.wgt_in == 0) {   // the tiles stay the same for all i: each group runs over i with its tiles hot
-        if (o == 0 || l.wgt_out) set_tiles(o * l.wgt_out);
+        if (fast && (o == 0 || l.wgt_out)) set_tiles(l, o * l.wgt_out);
         uint32_t begin = 0;
         for (uint32_t end : group_end) {
-          for (int64_t i = 0; i < l.iter_in; ++i) run_group(o, i, begin, end);
+          gemm_group(l, fast, o, 0, l.iter_in, begin, end);
           tick(static_cast<int64_t>(end - begin) * l.iter_in);
           begin = end;
         }
       } else {
         for (int64_t i = 0; i < l.iter_in; ++i) {
-          set_tiles(o * l.wgt_out + i * l.wgt_in);
+          if (fast) set_tiles(l, o * l.wgt_out + i * l.wgt_in);
           uint32_t begin = 0;
           for (uint32_t end : group_end) {
-            run_group(o, i, begin, end);
+            gemm_group(l, fast, o, i, 1, begin, end);
             begin = end;
           }
           tick(l.nuops);
@@ -471,18 +475,83 @@ struct Engine {
     return ST_OK;
   }
 
+  void set_tiles(const Loops& l, int64_t w0) {
+#if defined(__AVX2__)
+    for (int64_t k = 0; k < l.nuops; ++k) tiles[k] = pairs_of(w0 + u_wgt[k]);
+#else
+    (void)l;
+    (void)w0;
+#endif
+  }
+
+  // The group of uops order[begin, end) at iterations (o, i) for i in [i0, i0 + n).
+  void gemm_group(const Loops& l, bool fast, int64_t o, int64_t i0, int64_t n, uint32_t begin, uint32_t end) {
+    const int64_t lanes = acc_lanes(), il = inp_lanes(), wl = wgt_lanes();
+    const uint32_t* ks = &order[begin];
+    const int64_t count = end - begin;
+    int64_t row = o * l.dst_out + i0 * l.dst_in + u_dst[ks[0]];
+    const int8_t* x0 = inp + (o * l.src_out + i0 * l.src_in) * il;
+    for (int64_t i = 0; i < n; ++i, row += l.dst_in, x0 += l.src_in * il) {
+#if defined(__AVX2__)
+      if (fast) {
+        gemm_group_avx2(acc + row * lanes, out + row * lanes, x0, ks, count);
+        continue;
+      }
+#else
+      (void)fast;
+#endif
+      gemm_group_generic(acc + row * lanes, x0, wgt + (o * l.wgt_out + (i0 + i) * l.wgt_in) * wl, ks, count);
+      write_out(row);
+    }
+  }
+
   // The ALU works on 32-bit lanes: both operands are 32-bit values (an immediate has 16 bits), so
   // MIN and MAX are exact and ADD wraps around like the accumulator.
-  // SHR's amount: the low shift_bits of the operand, signed; a negative amount shifts left.
-  int32_t shift_amount(int32_t rhs) const {
-    const int32_t half = int32_t{1} << (p.shift_bits - 1);
-    return ((rhs & ((int32_t{1} << p.shift_bits) - 1)) ^ half) - half;
-  }
+  // SHR by the low shift_bits of the operand read as a signed number; a negative amount shifts left.
   static int32_t shift(int32_t lhs, int32_t amount) {
     if (amount >= 0) return lhs >> std::min(amount, 31);   // 31 and more: the sign
     if (amount <= -32) return 0;
     return static_cast<int32_t>(static_cast<uint32_t>(lhs) << -amount);
   }
+
+  // The four ALU operations, lane by lane; with AVX2 also 8 lanes at a time.
+  struct AluMin {
+    int32_t operator()(int32_t a, int32_t b) const { return a < b ? a : b; }
+#if defined(__AVX2__)
+    __m256i operator()(__m256i a, __m256i b) const { return _mm256_min_epi32(a, b); }
+#endif
+  };
+  struct AluMax {
+    int32_t operator()(int32_t a, int32_t b) const { return a > b ? a : b; }
+#if defined(__AVX2__)
+    __m256i operator()(__m256i a, __m256i b) const { return _mm256_max_epi32(a, b); }
+#endif
+  };
+  struct AluAdd {
+    int32_t operator()(int32_t a, int32_t b) const {
+      return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+    }
+#if defined(__AVX2__)
+    __m256i operator()(__m256i a, __m256i b) const { return _mm256_add_epi32(a, b); }
+#endif
+  };
+  struct AluShr {
+    int32_t shift_bits;
+    int32_t operator()(int32_t a, int32_t b) const {
+      const int32_t half = int32_t{1} << (shift_bits - 1);
+      return shift(a, ((b & ((int32_t{1} << shift_bits) - 1)) ^ half) - half);
+    }
+#if defined(__AVX2__)
+    __m256i operator()(__m256i a, __m256i b) const {
+      const __m256i half = _mm256_set1_epi32(1 << (shift_bits - 1));
+      const __m256i amount = _mm256_sub_epi32(
+          _mm256_xor_si256(_mm256_and_si256(b, _mm256_set1_epi32((1 << shift_bits) - 1)), half), half);
+      const __m256i right = _mm256_srav_epi32(a, amount);   // a count of 32 or more gives the sign
+      const __m256i left = _mm256_sllv_epi32(a, _mm256_sub_epi32(_mm256_setzero_si256(), amount));   // >= 32: 0
+      return _mm256_blendv_epi8(right, left, _mm256_cmpgt_epi32(_mm256_setzero_si256(), amount));
+    }
+#endif
+  };
 
   // acc[dst] = op(acc[dst], operand) lane by lane, in program order (later uops see earlier
   // results); operand is the immediate or acc[src]. OUT gets the low 8 bits.
@@ -498,17 +567,23 @@ struct Engine {
           const int64_t d = d0 + u_dst[k];
           int32_t* a = acc_rows + d * lanes;
           int8_t* q = out_rows + d * lanes;
-          if (use_imm) {
-            for (int64_t j = 0; j < lanes; ++j) {
-              a[j] = op(a[j], imm);
-              q[j] = static_cast<int8_t>(a[j]);
-            }
-          } else {
-            const int32_t* s = acc_rows + (s0 + u_src[k]) * lanes;
-            for (int64_t j = 0; j < lanes; ++j) {   // lane j of s is read before lane j of a is written
-              a[j] = op(a[j], s[j]);
-              q[j] = static_cast<int8_t>(a[j]);
-            }
+          const int32_t* s = use_imm ? nullptr : acc_rows + (s0 + u_src[k]) * lanes;
+          int64_t j = 0;
+#if defined(__AVX2__)
+          for (; j + 16 <= lanes; j += 16) {   // both operands are read before the row is written
+            const __m256i* av = reinterpret_cast<const __m256i*>(a + j);
+            const __m256i* sv = reinterpret_cast<const __m256i*>(s + j);
+            __m256i b_lo = use_imm ? _mm256_set1_epi32(imm) : _mm256_loadu_si256(sv);
+            __m256i b_hi = use_imm ? b_lo : _mm256_loadu_si256(sv + 1);
+            __m256i lo = op(_mm256_loadu_si256(av), b_lo), hi = op(_mm256_loadu_si256(av + 1), b_hi);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + j), lo);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + j + 8), hi);
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j), low_bytes(lo, hi));
+          }
+#endif
+          for (; j < lanes; ++j) {   // lane j of s is read before lane j of a is written
+            a[j] = op(a[j], use_imm ? imm : s[j]);
+            q[j] = static_cast<int8_t>(a[j]);
           }
         }
         tick(l.nuops);
@@ -525,21 +600,11 @@ struct Engine {
     count(C_ALU, l.nuops * l.iter_out * l.iter_in);
     const int32_t imm = static_cast<int32_t>(get_signed(w, F_IMM));
     switch (get(w, F_ALU_OPCODE)) {
-      case ALU_MIN: alu_loops(l, use_imm, imm, [](int32_t a, int32_t b) { return a < b ? a : b; }); break;
-      case ALU_MAX: alu_loops(l, use_imm, imm, [](int32_t a, int32_t b) { return a > b ? a : b; }); break;
-      case ALU_ADD:
-        alu_loops(l, use_imm, imm, [](int32_t a, int32_t b) {
-          return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
-        });
-        break;
-      default:   // SHR (the checks refused every other opcode)
-        if (use_imm) {
-          const int32_t amount = shift_amount(imm);
-          alu_loops(l, true, imm, [amount](int32_t a, int32_t) { return shift(a, amount); });
-        } else {
-          alu_loops(l, false, imm, [this](int32_t a, int32_t b) { return shift(a, shift_amount(b)); });
-        }
-    }
+      case ALU_MIN: alu_loops(l, use_imm, imm, AluMin{}); break;
+      case ALU_MAX: alu_loops(l, use_imm, imm, AluMax{}); break;
+      case ALU_ADD: alu_loops(l, use_imm, imm, AluAdd{}); break;
+      default: alu_loops(l, use_imm, imm, AluShr{static_cast<int32_t>(p.shift_bits)});   // SHR: the checks refused
+    }                                                                                     // every other opcode
     return ST_OK;
   }
 
