@@ -15,7 +15,9 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 from vta_hw.spec import AluOp, MemType, Opcode
@@ -91,6 +93,8 @@ def build(name: str, source: Path, flags: list[str], what: str) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)    # one builder at a time; the others find its result
         if path.exists():
             return path
+        print(f"[vta] compiling {what} (once; cached in {path.parent})", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             out = Path(tmp) / path.name
             cmd = command(out)
@@ -98,4 +102,5 @@ def build(name: str, source: Path, flags: list[str], what: str) -> Path:
             if res.returncode != 0:
                 raise CxxBuildError(f"building {what} failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}")
             os.replace(out, path)   # atomic: concurrent loaders never see a half-written file
+        print(f"[vta] compiled {what} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return path
