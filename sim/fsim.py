@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from vta_hw.spec import TOKEN_QUEUES, Config, Stage, load_config
+from vta_hw.spec import DEVICE_COUNTERS, TOKEN_QUEUES, Config, Stage, load_config
 from vta_runtime.diagnose import Program as _Program
 from vta_runtime.diagnose import check_stream, remaining_after, state_report, unbalanced_error
 from vta_runtime.errors import (
@@ -39,9 +39,8 @@ from vta_runtime.errors import (
 from . import fsim_native as native
 from .memory import DEFAULT_DRAM_BYTES, SimulatedDram, SimulatedMemoryDevice
 
-COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes",
-            "gemm_counter", "alu_counter")
 _STAGES = (Stage.LOAD, Stage.COMPUTE, Stage.STORE)
+
 
 class FsimDevice(SimulatedMemoryDevice):
     """Functional simulator implementing the ``vta_runtime.Device`` protocol."""
@@ -55,13 +54,13 @@ class FsimDevice(SimulatedMemoryDevice):
         self.acc = np.zeros((cfg.ACC_BUFF_DEPTH, cfg.BATCH * cfg.BLOCK_OUT), np.int32)
         self.out = np.zeros((cfg.ACC_BUFF_DEPTH, cfg.BATCH * cfg.BLOCK_OUT), np.int8)
         self.uop = np.zeros((cfg.UOP_BUFF_DEPTH, 1), np.uint32)
-        self._counts = np.zeros(len(COUNTERS), np.int64)
-        self.engine = native.Engine(cfg, COUNTERS)
+        self._counts = np.zeros(len(DEVICE_COUNTERS), np.int64)
+        self.engine = native.Engine(cfg, DEVICE_COUNTERS)
         self.engine.bind(self.inp, self.wgt, self.acc, self.out, self.uop, self.dram.data, self._counts)
 
     # ------------------------------------------------------------------ Device protocol
     def stats(self) -> dict[str, int]:
-        return dict(zip(COUNTERS, self._counts.tolist()))
+        return dict(zip(DEVICE_COUNTERS, self._counts.tolist()))
 
     def clear_stats(self) -> None:
         self._counts[:] = 0

@@ -58,7 +58,7 @@ struct Field {
   uint64_t mask() const { return width >= 64 ? ~0ull : (1ull << width) - 1; }
 };
 
-// Counter slots, in the order of sim.fsim.COUNTERS (Python passes each slot's index).
+// Counter slots; Python passes the index of each in vta_hw.spec.DEVICE_COUNTERS.
 enum CounterId { C_INP, C_WGT, C_ACC, C_UOP, C_OUT, C_GEMM, C_ALU, NUM_COUNTERS };
 
 constexpr int kStages = 3;   // LOAD, COMPUTE, STORE (vta_hw.spec.Stage minus 1)

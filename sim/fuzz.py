@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vta_hw.spec import AluOp, MemType, Opcode, Stage, load_config
+from vta_hw.spec import DEVICE_COUNTERS, AluOp, MemType, Opcode, Stage, load_config
 from vta_runtime.errors import ProgramError
 from vta_runtime.insn_queue import InsnQueue
 
@@ -365,10 +365,6 @@ def make_program(cfg_name: str, seed: int, alloc) -> Program:
 
 
 # ---------------------------------------------------------------------------- running
-_COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes",
-             "gemm_counter", "alu_counter")
-
-
 def _run_on(dev, prog: Program):
     for phys, data in prog.buffers:
         dev.write(phys, data)
@@ -380,7 +376,7 @@ def _run_on(dev, prog: Program):
     except ProgramError as exc:
         err = (type(exc).__name__, exc.index)
     outs = [dev.read(p, n) for p, n in prog.outputs]
-    stats = {k: dev.stats()[k] for k in _COUNTERS}
+    stats = {k: dev.stats()[k] for k in DEVICE_COUNTERS}
     return err, outs, stats
 
 
@@ -416,7 +412,7 @@ def compare(prog: Program, fs, ts) -> list[str]:
                 da, db = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
                 first = int(np.flatnonzero(da != db)[0])
                 problems.append(f"output buffer {k}: {int((da != db).sum())} bytes differ, first at byte {first}")
-        for key in _COUNTERS:
+        for key in DEVICE_COUNTERS:
             if fst[key] != tst[key]:
                 problems.append(f"counter {key}: fsim {fst[key]}, tsim {tst[key]}")
     return problems

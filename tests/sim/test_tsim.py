@@ -11,7 +11,7 @@ from sim.tsim import TsimDevice  # noqa: E402
 from vta_hw.spec import Isa, MemType, Opcode, load_config  # noqa: E402
 from vta_hw.spec.regmap import COUNTERS  # noqa: E402
 from vta_runtime import CommandQueue, DeviceError, DeviceTimeout, open_device  # noqa: E402
-from vta_runtime.programs import GemmTiling, blocked_gemm, gemm_reference  # noqa: E402
+from vta_runtime.programs import GemmTiling, blocked_gemm, gemm_reference, informative_shift  # noqa: E402
 
 RNG = np.random.default_rng(5)
 
@@ -35,8 +35,9 @@ def test_stats_add_cycles_and_performance_counters():
     dev = TsimDevice()
     a = RNG.integers(-128, 128, (4, 64), dtype=np.int8)
     b = RNG.integers(-128, 128, (32, 64), dtype=np.int8)
-    c = blocked_gemm(CommandQueue(dev), a, b, 8, GemmTiling(tile_m=1, tile_n=2, tile_k=2, vthreads=2))
-    assert np.array_equal(c, gemm_reference(a, b, 8))
+    shift = informative_shift(a, b)
+    c = blocked_gemm(CommandQueue(dev), a, b, shift, GemmTiling(tile_m=1, tile_n=2, tile_k=2, vthreads=2))
+    assert np.array_equal(c, gemm_reference(a, b, shift))
     s = dev.stats()
     assert set(s) == {"cycle_count", *COUNTERS}
     assert s["gemm_counter"] == 32 and s["cycle_count"] > s["gemm_busy_cycles"] >= 32
@@ -65,11 +66,12 @@ def test_timeout_reports_every_module_and_queue_then_recovers():
 def test_bus_latency_and_backpressure_do_not_change_results():
     a = RNG.integers(-128, 128, (8, 64), dtype=np.int8)
     b = RNG.integers(-128, 128, (32, 64), dtype=np.int8)
+    shift = informative_shift(a, b)
     cycles = []
     for kw in ({}, {"read_latency": 40, "write_latency": 30, "backpressure": 40, "seed": 3}):
         dev = TsimDevice(**kw)
-        c = blocked_gemm(CommandQueue(dev), a, b, 7, GemmTiling(tile_m=2, tile_n=2, tile_k=2, vthreads=2))
-        assert np.array_equal(c, gemm_reference(a, b, 7))
+        c = blocked_gemm(CommandQueue(dev), a, b, shift, GemmTiling(tile_m=2, tile_n=2, tile_k=2, vthreads=2))
+        assert np.array_equal(c, gemm_reference(a, b, shift))
         cycles.append(dev.stats()["cycle_count"])
     assert cycles[1] > cycles[0]
 
@@ -92,8 +94,9 @@ def test_fst_waveform(tmp_path):
     dev = TsimDevice(waveform=path)
     a = RNG.integers(-128, 128, (2, 32), dtype=np.int8)
     b = RNG.integers(-128, 128, (16, 32), dtype=np.int8)
-    c = blocked_gemm(CommandQueue(dev), a, b, 8, GemmTiling(tile_m=1, tile_n=1, tile_k=2, vthreads=1))
-    assert np.array_equal(c, gemm_reference(a, b, 8))
+    shift = informative_shift(a, b)
+    c = blocked_gemm(CommandQueue(dev), a, b, shift, GemmTiling(tile_m=1, tile_n=1, tile_k=2, vthreads=1))
+    assert np.array_equal(c, gemm_reference(a, b, shift))
     gemms = dev.stats()["gemm_counter"]
     end = dev.cycles() * 2 - 1       # two trace steps per clock cycle
     dev.close()

@@ -12,18 +12,21 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def epilogue(env: Environment, acc: te.Tensor, bias: te.Tensor | None, shift: int, clip: tuple[int, int] | None,
-             bias_index, name: str = "epilogue") -> tuple[te.Tensor, te.Tensor]:
+def epilogue(env: Environment, acc: te.Tensor, bias: te.Tensor | None, shift: int | te.Tensor,
+             clip: tuple[int, int] | None, bias_index, name: str = "epilogue") -> tuple[te.Tensor, te.Tensor]:
     """The usual int8 requantisation after a GEMM: ``clip((acc + bias) >> shift)`` then cast to int8.
 
-    Returns (epilogue tensor in int32, output tensor in int8). One element-wise stage: the ALU
-    pass turns it into a chain of in-place ALU instructions (ADD, SHR, MAX, MIN).
+    ``shift`` is an immediate or a per-channel tensor indexed like the bias (ALU SHR with a register
+    operand). Returns (epilogue tensor in int32, output tensor in int8). One element-wise stage: the
+    ALU pass turns it into a chain of in-place ALU instructions (ADD, SHR, MAX, MIN).
     """
     def f(*i):
         x = acc(*i)
         if bias is not None:
             x = x + bias(*bias_index(i))
-        if shift:
+        if isinstance(shift, te.Tensor):
+            x = x >> shift(*bias_index(i))
+        elif shift:
             x = x >> shift
         if clip is not None:
             x = te.min(te.max(x, clip[0]), clip[1])
