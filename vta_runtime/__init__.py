@@ -68,7 +68,8 @@ def set_command_queue(queue: CommandQueue | None) -> None:
     if queue is not _command_queue:
         _release_device_buffers()
     _command_queue = queue
-    _native.func("SetCurrent")(0 if queue is None else queue.handle)
+    if queue is not None or _native.loaded():   # (a queue has loaded the core; no queue needs none)
+        _native.func("SetCurrent")(0 if queue is None else queue.handle)
 
 
 def shutdown() -> None:

@@ -62,6 +62,10 @@ def load() -> None:
         _lib = ctypes.CDLL(str(library_path()))
 
 
+def loaded() -> bool:
+    return _lib is not None
+
+
 def func(name: str):
     """A function of the core (``vta.runtime.native.<name>``)."""
     import tvm_ffi

@@ -986,47 +986,43 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("vta.runtime.native.IQReset", [](int64_t h) { as_insns(h)->reset(); })
       .def("vta.runtime.native.IQRewriteForceSerial", [](int64_t h) { as_insns(h)->rewrite_force_serial(); })
       .def("vta.runtime.native.IQEncode", [](int64_t h) { return ffi::Bytes(as_insns(h)->encode()); })
-      // ---------------------------------------------------------------- what compiled code calls (tvm_bridge.py)
-      .def_packed("vta.runtime.LoadBuffer2D",
-                  [](PackedArgs a, ffi::Any*) {
-                    Queue* q = current();
-                    q->load_2d(dram_operand(q, a[0]), a[1].cast<int64_t>(), a[2].cast<int64_t>(),
-                               a[3].cast<int64_t>(), a[4].cast<int64_t>(), a[5].cast<int64_t>(),
-                               a[6].cast<int64_t>(), a[7].cast<int64_t>(), a[8].cast<int64_t>(),
-                               a[9].cast<int64_t>(), a[10].cast<int64_t>());
-                  })
-      .def_packed("vta.runtime.StoreBuffer2D",
-                  [](PackedArgs a, ffi::Any*) {
-                    Queue* q = current();
-                    q->store_2d(a[0].cast<int64_t>(), a[1].cast<int64_t>(), dram_operand(q, a[2]),
-                                a[3].cast<int64_t>(), a[4].cast<int64_t>(), a[5].cast<int64_t>(),
-                                a[6].cast<int64_t>());
-                  })
-      .def_packed("vta.runtime.UopKernelBegin",
-                  [](PackedArgs a, ffi::Any* rv) {
-                    *rv = static_cast<int64_t>(current()->kernel_begin(handle_key(a[0], a[1].cast<int64_t>())));
-                  })
-      .def("vta.runtime.UopLoopBegin",
-           [](int64_t e, int64_t d, int64_t s, int64_t w) { current()->loop_begin(e, d, s, w); })
-      .def("vta.runtime.UopLoopEnd", []() { current()->loop_end(); })
-      .def("vta.runtime.UopPush",
-           [](int64_t m, int64_t r, int64_t d, int64_t s, int64_t w, int64_t op, int64_t ui, int64_t im) {
-             current()->uop_push(m, r, d, s, w, op, ui, im);
-           })
-      .def_packed("vta.runtime.PushGEMMOp",
-                  [](PackedArgs a, ffi::Any*) {
-                    current()->push_kernel(handle_key(a[0], a[1].cast<int64_t>()), MODE_GEMM);
-                  })
-      .def_packed("vta.runtime.PushALUOp",
-                  [](PackedArgs a, ffi::Any*) {
-                    current()->push_kernel(handle_key(a[0], a[1].cast<int64_t>()), MODE_ALU);
-                  })
-      .def("vta.runtime.DepPush", [](int64_t a, int64_t b) { current()->dep_push(a, b); })
-      .def("vta.runtime.DepPop", [](int64_t a, int64_t b) { current()->dep_pop(a, b); })
-      .def_packed("vta.runtime.Synchronize",
-                  [](PackedArgs a, ffi::Any*) {
-                    double timeout = a[0].cast<double>();
-                    current()->synchronize(timeout > 0 ? timeout : -1.0);
-                  })
-      .def("vta.runtime.SetDebugMode", [](int64_t flags) { current()->debug_flags = flags; });
+      .def("vta.runtime.native.Loaded", []() { return true; });
+
+  // What compiled code calls (tvm_bridge.py). These replace the Python stand-ins that
+  // vta_runtime.tvm_bridge registers until this library is loaded.
+  auto set = [](const char* name, ffi::Function f) { ffi::Function::SetGlobal(name, f, /*override=*/true); };
+  set("vta.runtime.LoadBuffer2D", ffi::Function::FromPacked([](PackedArgs a, ffi::Any*) {
+        Queue* q = current();
+        q->load_2d(dram_operand(q, a[0]), a[1].cast<int64_t>(), a[2].cast<int64_t>(), a[3].cast<int64_t>(),
+                   a[4].cast<int64_t>(), a[5].cast<int64_t>(), a[6].cast<int64_t>(), a[7].cast<int64_t>(),
+                   a[8].cast<int64_t>(), a[9].cast<int64_t>(), a[10].cast<int64_t>());
+      }));
+  set("vta.runtime.StoreBuffer2D", ffi::Function::FromPacked([](PackedArgs a, ffi::Any*) {
+        Queue* q = current();
+        q->store_2d(a[0].cast<int64_t>(), a[1].cast<int64_t>(), dram_operand(q, a[2]), a[3].cast<int64_t>(),
+                    a[4].cast<int64_t>(), a[5].cast<int64_t>(), a[6].cast<int64_t>());
+      }));
+  set("vta.runtime.UopKernelBegin", ffi::Function::FromPacked([](PackedArgs a, ffi::Any* rv) {
+        *rv = static_cast<int64_t>(current()->kernel_begin(handle_key(a[0], a[1].cast<int64_t>())));
+      }));
+  set("vta.runtime.UopLoopBegin", ffi::Function::FromTyped([](int64_t e, int64_t d, int64_t s, int64_t w) {
+        current()->loop_begin(e, d, s, w);
+      }));
+  set("vta.runtime.UopLoopEnd", ffi::Function::FromTyped([]() { current()->loop_end(); }));
+  set("vta.runtime.UopPush",
+      ffi::Function::FromTyped([](int64_t m, int64_t r, int64_t d, int64_t s, int64_t w, int64_t op, int64_t ui,
+                                  int64_t im) { current()->uop_push(m, r, d, s, w, op, ui, im); }));
+  set("vta.runtime.PushGEMMOp", ffi::Function::FromPacked([](PackedArgs a, ffi::Any*) {
+        current()->push_kernel(handle_key(a[0], a[1].cast<int64_t>()), MODE_GEMM);
+      }));
+  set("vta.runtime.PushALUOp", ffi::Function::FromPacked([](PackedArgs a, ffi::Any*) {
+        current()->push_kernel(handle_key(a[0], a[1].cast<int64_t>()), MODE_ALU);
+      }));
+  set("vta.runtime.DepPush", ffi::Function::FromTyped([](int64_t a, int64_t b) { current()->dep_push(a, b); }));
+  set("vta.runtime.DepPop", ffi::Function::FromTyped([](int64_t a, int64_t b) { current()->dep_pop(a, b); }));
+  set("vta.runtime.Synchronize", ffi::Function::FromPacked([](PackedArgs a, ffi::Any*) {
+        double timeout = a[0].cast<double>();
+        current()->synchronize(timeout > 0 ? timeout : -1.0);
+      }));
+  set("vta.runtime.SetDebugMode", ffi::Function::FromTyped([](int64_t flags) { current()->debug_flags = flags; }));
 }

@@ -4,7 +4,8 @@ Every function acts on the process-wide command queue (``vta_runtime.command_han
 ones compiled code calls once per instruction (loads, stores, uop kernels, dependency tokens,
 synchronize, debug mode) are registered by the runtime's C++ core (``runtime.cc``) and run there
 without entering Python; the rest (buffers, copies, ``HostAlloc``/``HostFree``, shutdown) are the
-Python functions below. DRAM buffers are passed either as physical addresses (ints) or as host
+Python functions below. Until the core is loaded (with the first command queue), Python stand-ins
+hold its names. DRAM buffers are passed either as physical addresses (ints) or as host
 data pointers (opaque handles, such as the data pointer of an ``ext_dev`` tensor), which are
 translated to physical addresses through the device's host window
 (``vta_runtime.device.host_window``). Kernel handles are per-call-site static handles
@@ -150,20 +151,36 @@ def _python_functions() -> dict[str, Any]:
     }
 
 
+def _stand_in(name: str):
+    """Until the C++ core is loaded: open the command queue (which loads the core; its function then
+    replaces this one) and call the core's function."""
+    def call(*args):
+        import tvm_ffi
+        command_handle()
+        return tvm_ffi.get_global_func(PREFIX + name)(*args)
+    return call
+
+
 def register(override: bool = True) -> list[str]:
-    """Register every entry point as ``vta.runtime.<Name>`` (loading the C++ core, which registers its
-    own); returns the names. Safe to call twice."""
+    """Register every entry point as ``vta.runtime.<Name>``; returns the names. Safe to call twice.
+    Builds nothing: the C++ core is loaded with the first command queue and replaces the stand-ins
+    registered here for its functions."""
     global _registered
     import tvm_ffi
 
-    native.load()
     if not _registered or override:
         for name, fn in _python_functions().items():
             tvm_ffi.register_global_func(PREFIX + name, fn, override=True)
+        if not native.loaded():
+            for name in NATIVE:
+                tvm_ffi.register_global_func(PREFIX + name, _stand_in(name), override=True)
         # the core calls this when compiled code runs before any queue was opened
-        tvm_ffi.register_global_func(native.PREFIX + "OpenCommandHandle", lambda: command_handle() and None,
-                                     override=True)
+        tvm_ffi.register_global_func(native.PREFIX + "OpenCommandHandle", _open_command_handle, override=True)
     _registered = True
     order = ["BufferAlloc", "BufferFree", "BufferCopy", *NATIVE, "RuntimeShutdown", "HostAlloc", "HostFree",
              "DeviceConstant"]
     return [PREFIX + n for n in order]
+
+
+def _open_command_handle() -> None:
+    command_handle()
