@@ -1,7 +1,10 @@
 """fsim's C++ engine: bounded memory and timeouts inside long instructions, its two GEMM kernels,
 and its static checks against the ones of vta_runtime.diagnose (which word the messages)."""
 
+import subprocess
+import sys
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,39 +18,72 @@ LIMIT = 256 << 20   # the most extra memory one instruction may take (README)
 LONG = 4000         # iter_out = iter_in: 16 million uop iterations in one instruction
 
 
-def _rss_high_water() -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-    except (OSError, StopIteration):
-        return None
-
-
-def extra_memory(fn) -> tuple[int, int | None]:
-    """(tracemalloc peak, peak resident set over the one before) while fn() runs; the second is None off Linux."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:   # reset the high-water mark to the current resident set
-            f.write("5")
-        before = _rss_high_water()
-    except OSError:
-        before = None
+def traced_peak(fn) -> int:
+    """tracemalloc's peak (Python and numpy allocations) while fn() runs."""
     tracemalloc.start()
     try:
         fn()
-        traced = tracemalloc.get_traced_memory()[1]
+        return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    return traced, None if before is None else _rss_high_water() - before
 
 
-def test_the_memory_measurement_sees_a_large_allocation():
-    """Negative control: the measurement below is not blind to an allocation above the limit."""
+# Resident-set growth is measured in a fresh process: in a long-lived one, memory freed by earlier
+# tests is reused without growing the resident set, which would hide an allocation.
+RSS_SCRIPT = """
+import sys, numpy as np
+from sim.fsim import FsimDevice
+from vta_hw.spec import AluOp, Isa, Opcode
+
+def high_water():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+what, n = sys.argv[1], int(sys.argv[2])
+dev = FsimDevice()
+isa = dev.config.isa
+dev.uop[0, 0] = isa.uop.encode(dst_idx=0, src_idx=1, wgt_idx=0)
+if what == "gemm":
+    insn = isa.gemm.encode(opcode=Opcode.GEMM, uop_end=1, iter_out=n, iter_in=n)
+else:
+    insn = isa.alu.encode(opcode=Opcode.ALU, uop_end=1, iter_out=n, iter_in=n, alu_opcode=AluOp.ADD, use_imm=0)
+data = Isa.to_bytes([insn, isa.finish_insn()])
+phys = dev.alloc(len(data))
+dev.write(phys, data)
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")                    # the high-water mark restarts from the current resident set
+before = high_water()
+if what == "control":
+    a = np.ones(n << 20, np.uint8)  # n MiB, touched
+    a.sum()
+else:
+    dev.run(phys, 2)
+print(high_water() - before)
+"""
+
+
+def rss_growth(what: str, n: int) -> int:
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("resident-set high-water marks need Linux's /proc/self/clear_refs")
+    r = subprocess.run([sys.executable, "-c", RSS_SCRIPT, what, str(n)], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[2], timeout=600)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.split()[-1])
+
+
+def test_the_memory_measurements_see_a_large_allocation():
+    """Negative controls: both measurements below see an allocation above the limit."""
     def big():
         a = np.ones(LIMIT + (32 << 20), np.uint8)
         return a.sum()
-    traced, rss = extra_memory(big)
-    assert traced > LIMIT
-    assert rss is None or rss > LIMIT
+    assert traced_peak(big) > LIMIT
+    assert rss_growth("control", (LIMIT >> 20) + 32) > LIMIT
+
+
+@pytest.mark.parametrize("what", ["gemm", "alu"])
+def test_long_instruction_takes_no_resident_memory(what):
+    """A fresh process runs one 4000 x 4000-iteration instruction; its resident set grows by less than the limit."""
+    assert rss_growth(what, LONG) <= LIMIT
 
 
 def run(dev, words, timeout=None):
@@ -89,8 +125,7 @@ def test_long_gemm_takes_no_memory_and_is_exact():
     dev, loads, inp, wgt, acc = loaded_device(rng)
     cfg, isa = dev.config, dev.config.isa
     gemm = isa.gemm.encode(opcode=Opcode.GEMM, uop_end=1, iter_out=LONG, iter_in=LONG)   # all into acc[0]
-    traced, rss = extra_memory(lambda: run(dev, loads + [gemm, isa.finish_insn()]))
-    assert traced <= LIMIT and (rss is None or rss <= LIMIT), (traced, rss)
+    assert traced_peak(lambda: run(dev, loads + [gemm, isa.finish_insn()])) <= LIMIT
     x = inp.reshape(cfg.BATCH, cfg.BLOCK_IN).astype(np.int64)
     w = wgt.reshape(cfg.BLOCK_OUT, cfg.BLOCK_IN).astype(np.int64)
     want = wrap32(acc[0].astype(np.int64) + LONG * LONG * (x @ w.T).reshape(-1))
@@ -113,8 +148,7 @@ def test_long_alu_takes_no_memory_and_is_exact(use_imm):
         loads.append(isa.load(MemType.UOP, 1, put(dev, uop) // 4, 1, 1, 1))
         alu = isa.alu.encode(opcode=Opcode.ALU, uop_bgn=1, uop_end=2, iter_out=LONG, iter_in=LONG,
                              alu_opcode=AluOp.ADD, use_imm=0)
-    traced, rss = extra_memory(lambda: run(dev, loads + [alu, isa.finish_insn()]))
-    assert traced <= LIMIT and (rss is None or rss <= LIMIT), (traced, rss)
+    assert traced_peak(lambda: run(dev, loads + [alu, isa.finish_insn()])) <= LIMIT
     step = 3 if use_imm else acc[1].astype(np.int64)
     want = wrap32(acc[0].astype(np.int64) + LONG * LONG * step)
     assert np.array_equal(dev.acc[0], want) and np.array_equal(dev.out[0], want.astype(np.int8))
