@@ -177,7 +177,8 @@ def timing_table(results: list[dict]) -> str:
         wr = max(t["paths"], key=lambda p: p["routed_ns"])
         for label, period in r["targets"].items():
             budget = timing.budget_ns(period)
-            rows.append(f"| {dev.name} | {label} ({period:.2f} ns) | {budget:.2f} ns | {w['ns']:.2f} ns ({w['levels']}) "
+            rows.append(f"| {dev.name} | {label} ({period:.2f} ns) | {budget:.2f} ns "
+                        f"| {w['ns']:.2f} ns ({w['levels']}) "
                         f"| {wr['routed_ns']:.2f} ns | {'yes' if w['ns'] <= budget else 'no'} |")
     return "\n".join(rows)
 

@@ -426,7 +426,7 @@ def analyse(netlist: dict | str | Path, family: str, top: str | None = None, max
     launch: dict = {}
     dedicated: set = set()
     captures: list = []   # (bit, setup ps, cell name, cell type, pin)
-    ram_dsp_out: dict = {}   # bit -> (cell name, type) for block RAM and DSP data outputs
+    ram_dsp_out: dict = {}   # bit -> (cell name, type): block RAM / DSP outputs without their output register
     for cname, cell in module["cells"].items():
         ctype = cell["type"].lstrip("\\")
         conns = cell["connections"]
@@ -435,11 +435,13 @@ def analyse(netlist: dict | str | Path, family: str, top: str | None = None, max
             if ctype in _NO_TIMING:
                 for b_in, b_out in zip(conns.get("I", []), conns.get("O", [])):
                     if ctype in ("IBUF", "OBUF") and not isinstance(b_out, str):
-                        fanin.setdefault(b_out, []).append((None if isinstance(b_in, str) else b_in, 0, ctype, "I->O"))
+                        src = None if isinstance(b_in, str) else b_in
+                        fanin.setdefault(b_out, []).append((src, 0, ctype, "I->O"))
                 continue
             dirs = cell.get("port_directions", {})
-            t = CellTiming(launch=[(p, i, 0) for p, d in dirs.items() if d == "output" for i in range(_width(conns, p))],
-                           capture=[(p, i, 0) for p, d in dirs.items() if d == "input" for i in range(_width(conns, p))])
+            pins = [(p, i, d) for p, d in dirs.items() for i in range(_width(conns, p))]
+            t = CellTiming(launch=[(p, i, 0) for p, i, d in pins if d == "output"],
+                           capture=[(p, i, 0) for p, i, d in pins if d == "input"])
         for ip, ii, op, oi, d in t.comb:
             b_in, b_out = conns[ip][ii], conns[op][oi]
             if not isinstance(b_out, str):
@@ -449,9 +451,16 @@ def analyse(netlist: dict | str | Path, family: str, top: str | None = None, max
             b = conns[op][oi]
             if not isinstance(b, str) and d >= launch.get(b, (-1,))[0]:
                 launch[b] = (d, cname, ctype)
-                if ctype.startswith(("RAMB", "DSP48")) and op in ("P", "DOADO", "DOBDO", "DOPADOP", "DOPBDOP",
-                                                                 "DOUTADOUT", "DOUTBDOUT", "DOUTPADOUTP", "DOUTPBDOUTP"):
-                    ram_dsp_out[b] = (cname, ctype)
+        if ctype.startswith("RAMB"):
+            p = cell.get("parameters", {})
+            sdp = str(p.get("RAM_MODE", "TDP")).strip('"') == "SDP"
+            for op, bits in conns.items():
+                if op.startswith("DO"):
+                    side_b = re.match(r"DO(UT)?P?B", op) is not None
+                    reg = _param_int(p, "DOB_REG" if side_b and not sdp else "DOA_REG") != 0
+                    ram_dsp_out.update({b: (cname, ctype) for b in bits if not isinstance(b, str) and not reg})
+        elif ctype.startswith("DSP48") and not _param_int(cell.get("parameters", {}), "PREG"):
+            ram_dsp_out.update({b: (cname, ctype) for b in conns.get("P", ()) if not isinstance(b, str)})
         for op in t.dedicated:
             dedicated.update(b for b in conns.get(op, ()) if not isinstance(b, str))
         for ip, ii, d in t.capture:
@@ -542,17 +551,21 @@ def analyse(netlist: dict | str | Path, family: str, top: str | None = None, max
             if len(by_class) >= max_paths:
                 break
 
-    # block RAM / DSP outputs that reach logic before a register (the structural target)
+    # block RAM / DSP outputs without their own output register must feed a fabric register
+    # directly (Vivado moves it into the RAM's DOA_REG / the DSP's PREG): anything else is a read
+    # or a multiply whose result is used unregistered
     unregistered = set()
-    for b, (cname, ctype) in ram_dsp_out.items():
-        pass
-    readers: dict = {}
-    for b_out, arcs in fanin.items():
-        for src, _, ctype, _ in arcs:
+    for arcs in fanin.values():
+        for src, *_ in arcs:
             if src in ram_dsp_out:
-                readers.setdefault(src, set()).add(ctype)
-    for src, types in readers.items():
-        unregistered.add(f"{ram_dsp_out[src][1]} {_short_cell(ram_dsp_out[src][0])}")
+                unregistered.add(src)
+    for b, _, _, ctype, pin in captures:
+        if b in ram_dsp_out and not (ctype.startswith("FD") and pin == "D"):
+            unregistered.add(b)
+    per_cell: dict = {}
+    for b in sorted(unregistered, key=str):
+        per_cell.setdefault(ram_dsp_out[b], names.get(b, str(b)))
+    unregistered = {f"{ctype} {_short_cell(cname)} (e.g. {net})" for (cname, ctype), net in per_cell.items()}
     return TimingReport(family=family, paths=sorted(by_class.values(), key=lambda p: -p.ns),
                         endpoints=len(captures), unregistered=sorted(unregistered))
 
@@ -571,11 +584,13 @@ def format_report(rep: TimingReport, period_ns: float, n: int = 5, detail: bool 
         return f"{rep.family}: no register-to-register paths"
     budget = budget_ns(period_ns)
     w, wr = rep.worst, rep.worst_routed
+    verdict = "fits" if w.ns <= budget else "OVER"
     lines = [f"{rep.family} ({MODELS[rep.family].part}): worst logic {w.ns:.2f} ns against {budget:.2f} ns "
-             f"({period_ns:.2f} ns period, {ROUTING_SHARE:.0%} left for routing): {'fits' if w.ns <= budget else 'OVER'}; "
+             f"({period_ns:.2f} ns period, {ROUTING_SHARE:.0%} left for routing): {verdict}; "
              f"with estimated routing {wr.routed_ns:.2f} ns (~{1000 / wr.routed_ns:.0f} MHz)"]
     for p in rep.paths[:n]:
-        lines.append(f"  {p.ns:5.2f} ns logic, {p.levels:2d} levels, ~{p.routed_ns:5.2f} ns routed: {p.start} -> {p.end}")
+        lines.append(f"  {p.ns:5.2f} ns logic, {p.levels:2d} levels, ~{p.routed_ns:5.2f} ns routed: "
+                     f"{p.start} -> {p.end}")
     if rep.unregistered:
         lines.append(f"  unregistered block RAM/DSP outputs: {len(rep.unregistered)}, e.g. {rep.unregistered[0]}")
     if detail:
