@@ -71,26 +71,28 @@ class Fetch(wiring.Component):
         m.d.comb += [reader.halt.eq(self.halt | halted), self.dma_error.eq(reader.error),
                      self.dma_error_addr.eq(reader.error_addr)]
 
-        # ---- chunked requests
+        # ---- chunked requests; the size of the next chunk is registered (stale for a cycle after a
+        # request or START, so requests are at most every other cycle: a chunk is `chunk` instructions)
         remaining = Signal(32)
         next_addr = Signal(WIDE_ADDR_BITS)
         inflight = Signal(range(self.buffer_depth + 1))
         reserved = Signal(range(2 * self.buffer_depth + 1))
         n = Signal(range(self.chunk + 1))
+        n_fresh = Signal()
+        m.d.sync += [n.eq(Mux(remaining < self.chunk, remaining, self.chunk)), n_fresh.eq(1)]
         m.d.comb += [
             reserved.eq(buf.level + inflight),
-            n.eq(Mux(remaining < self.chunk, remaining, self.chunk)),
             reader.cmd.payload.addr.eq(next_addr), reader.cmd.payload.count.eq(n),
         ]
         can_issue = Signal()
-        m.d.comb += can_issue.eq((remaining != 0) & (reserved + n <= self.buffer_depth) & ~halted & ~self.halt)
+        m.d.comb += can_issue.eq(n_fresh & (n != 0) & (reserved + n <= self.buffer_depth) & ~halted & ~self.halt)
         m.d.comb += reader.cmd.valid.eq(can_issue)
         issue = reader.cmd.valid & reader.cmd.ready
         got = reader.out.valid & reader.out.ready
         m.d.comb += [buf.w_en.eq(reader.out.valid), buf.w_data.eq(reader.out.payload), reader.out.ready.eq(buf.w_rdy)]
         m.d.sync += inflight.eq(inflight + Mux(issue, n, 0) - got)
         with m.If(issue):
-            m.d.sync += [remaining.eq(remaining - n), next_addr.eq(next_addr + (n << 4))]
+            m.d.sync += [remaining.eq(remaining - n), next_addr.eq(next_addr + (n << 4)), n_fresh.eq(0)]
 
         # ---- stage A: decode + static checks
         a_insn = buf.r_data
@@ -201,7 +203,7 @@ class Fetch(wiring.Component):
             m.d.sync += halted.eq(1)
 
         with m.If(self.start):
-            m.d.sync += [remaining.eq(self.insn_count), next_addr.eq(self.insn_addr)]
+            m.d.sync += [remaining.eq(self.insn_count), next_addr.eq(self.insn_addr), n_fresh.eq(0)]
 
         m.d.comb += [
             self.dispatched.eq(index),
@@ -210,6 +212,6 @@ class Fetch(wiring.Component):
             self.stall.eq(b_valid & (b_code == 0) & (~b_check | checked) & ~range_bad & ~ready & ~halted),
         ]
         blocked = b_valid & ~dispatch & ~(b_code != 0) & ~range_bad & (~b_check | checked)
-        drained = ~b_valid & ~buf.r_rdy & ~can_issue & (inflight == 0)
+        drained = ~b_valid & ~buf.r_rdy & (inflight == 0) & ((remaining == 0) | self.halt)
         m.d.comb += self.quiet.eq(reader.idle & (halted | blocked | drained))
         return m

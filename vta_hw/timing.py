@@ -425,7 +425,7 @@ def analyse(netlist: dict | str | Path, family: str, top: str | None = None, max
     fanin: dict = {}
     launch: dict = {}
     dedicated: set = set()
-    captures: list = []   # (bit, setup ps, cell name, cell type, pin)
+    captures: list = []   # (bit, setup ps, cell name, cell type, pin, into a register: FF D, DSP A/B/C/D register)
     ram_dsp_out: dict = {}   # bit -> (cell name, type): block RAM / DSP outputs without their output register
     for cname, cell in module["cells"].items():
         ctype = cell["type"].lstrip("\\")
@@ -463,10 +463,18 @@ def analyse(netlist: dict | str | Path, family: str, top: str | None = None, max
             ram_dsp_out.update({b: (cname, ctype) for b in conns.get("P", ()) if not isinstance(b, str)})
         for op in t.dedicated:
             dedicated.update(b for b in conns.get(op, ()) if not isinstance(b, str))
+        if ctype.startswith("FD"):
+            reg_pins = {"D"}
+        elif ctype.startswith("DSP48"):
+            p = cell.get("parameters", {})
+            reg_pins = {pin for pin, reg in (("A", "AREG"), ("ACIN", "AREG"), ("B", "BREG"), ("BCIN", "BREG"),
+                                             ("C", "CREG"), ("D", "DREG")) if _param_int(p, reg)}
+        else:
+            reg_pins = set()
         for ip, ii, d in t.capture:
             b = conns[ip][ii]
             if not isinstance(b, str):
-                captures.append((b, d, cname, ctype, f"{ip}[{ii}]" if _width(conns, ip) > 1 else ip))
+                captures.append((b, d, cname, ctype, f"{ip}[{ii}]" if _width(conns, ip) > 1 else ip, ip in reg_pins))
     for pname, port in module["ports"].items():
         for i, b in enumerate(port["bits"]):
             if isinstance(b, str):
@@ -475,7 +483,7 @@ def analyse(netlist: dict | str | Path, family: str, top: str | None = None, max
             if port["direction"] == "input":
                 launch.setdefault(b, (0, label, "input port"))
             else:
-                captures.append((b, 0, label, "output port", ""))
+                captures.append((b, 0, label, "output port", "", False))
 
     # latest arrival of every bit, in topological order (iterative depth-first)
     arrival: dict = {}
@@ -523,7 +531,7 @@ def analyse(netlist: dict | str | Path, family: str, top: str | None = None, max
         return b, cells
 
     worst_by_end: dict = {}
-    for b, setup, cname, ctype, pin in captures:
+    for b, setup, cname, ctype, pin, _ in captures:
         if arrival.get(b) is None:
             continue
         total = arrival[b] + setup
@@ -551,16 +559,16 @@ def analyse(netlist: dict | str | Path, family: str, top: str | None = None, max
             if len(by_class) >= max_paths:
                 break
 
-    # block RAM / DSP outputs without their own output register must feed a fabric register
-    # directly (Vivado moves it into the RAM's DOA_REG / the DSP's PREG): anything else is a read
-    # or a multiply whose result is used unregistered
+    # block RAM / DSP outputs without their own output register must feed a register directly: a
+    # fabric register (Vivado moves it into the RAM's DOA_REG / the DSP's PREG) or a DSP's input
+    # register; anything else is a read or a multiply whose result is used unregistered
     unregistered = set()
     for arcs in fanin.values():
         for src, *_ in arcs:
             if src in ram_dsp_out:
                 unregistered.add(src)
-    for b, _, _, ctype, pin in captures:
-        if b in ram_dsp_out and not (ctype.startswith("FD") and pin == "D"):
+    for b, _, _, _, _, into_register in captures:
+        if b in ram_dsp_out and not into_register:
             unregistered.add(b)
     per_cell: dict = {}
     for b in sorted(unregistered, key=str):

@@ -86,6 +86,15 @@ def test_block_ram_reads_and_dsp_products_must_be_registered():
     rep = timing.analyse(_netlist(with_doa_reg), "xc7")
     assert rep.unregistered == [] and rep.worst.ns == pytest.approx((882 + 642) / 1000)
 
+    def into_dsp(breg):
+        return {"type": "DSP48E1", "parameters": {"BREG": str(breg), "MREG": "1", "PREG": "1", "USE_MULT": "MULTIPLY"},
+                "connections": {"B": [3], "P": [9], "CLK": [1]}}
+    # a read may also land in a DSP's input register (yosys merges the RAM's output register there)
+    assert timing.analyse(_netlist({"addr": _ff(10, 2), "ram": _bram(0, 2, [3]), "m": into_dsp(1)}), "xc7") \
+        .unregistered == []
+    assert len(timing.analyse(_netlist({"addr": _ff(10, 2), "ram": _bram(0, 2, [3]), "m": into_dsp(0)}), "xc7")
+               .unregistered) == 1
+
     def dsp(preg):
         return {"type": "DSP48E1", "parameters": {"AREG": "1", "BREG": "1", "MREG": "1", "PREG": str(preg),
                                                   "USE_MULT": "MULTIPLY", "USE_DPORT": "FALSE"},
