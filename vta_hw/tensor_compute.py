@@ -209,13 +209,12 @@ class TensorCompute(wiring.Component):
         alu_read_addr = Mux(two_slot & first_of_two, idx["src"], idx["dst"])
         r_valid, r_addr, r_dst = Signal(), Signal(ab), Signal(ab)
         r_write, r_slot1, r_reset = Signal(), Signal(), Signal()
-        gr = lat
         with m.If(is_alu):
             m.d.comb += [r_valid.eq(i_ok), r_addr.eq(alu_read_addr), r_dst.eq(idx["dst"]),
                          r_write.eq(~two_slot | ~first_of_two), r_slot1.eq(two_slot & first_of_two)]
         with m.Else():
-            m.d.comb += [r_valid.eq(g_valid[gr]), r_addr.eq(g_dst[gr]), r_dst.eq(g_dst[gr]), r_write.eq(1),
-                         r_reset.eq(g_reset[gr])]
+            m.d.comb += [r_valid.eq(g_valid[lat]), r_addr.eq(g_dst[lat]), r_dst.eq(g_dst[lat]), r_write.eq(1),
+                         r_reset.eq(g_reset[lat])]
         m.d.comb += self.acc_rd.addr.eq(r_addr)
         # delay line R -> P (the cycle before E) -> E
         chain = [(r_valid, r_addr, r_dst, r_write, r_slot1, r_reset)]
@@ -225,7 +224,7 @@ class TensorCompute(wiring.Component):
             m.d.sync += [r.eq(v) for r, v in zip(regs, chain[-1])]
             chain.append(regs)
         p_addr = chain[-2][1]
-        e_valid, e_addr, e_dst, e_write, e_slot1, e_reset = chain[-1]
+        e_valid, _, e_dst, e_write, e_slot1, e_reset = chain[-1]
 
         # ---- writes of the last three cycles: W (in progress), W1, W2
         w_valid, w_dst, w_data = Signal(), Signal(ab), Signal(lane_bits)
@@ -259,16 +258,16 @@ class TensorCompute(wiring.Component):
             bv = Mux(two_slot, src_hold.word_select(k, acc_w).as_signed(), imm)
             alu_res.append(alu_lane(m, alu_op, av, bv, acc_w, cfg.LOG_ACC_WIDTH + 1, name=f"alu{k}"))
         alu_new = Cat(*alu_res)
-        w_out, w_count = Signal(), Signal()
+        w_result = Signal()     # a result (not a reset GEMM's zero): OUT is written and the uop counted
         m.d.sync += [w_valid.eq(e_valid & e_write), w_dst.eq(e_dst),
                      w_data.eq(Mux(is_alu, alu_new, Mux(e_reset, 0, gemm_new))),
-                     w_out.eq(e_valid & e_write & ~e_reset), w_count.eq(e_valid & e_write & ~e_reset)]
+                     w_result.eq(e_valid & e_write & ~e_reset)]
 
         # ---- W: ACC / OUT writes
         m.d.comb += [self.acc_wr.en.eq(w_valid), self.acc_wr.addr.eq(w_dst), self.acc_wr.data.eq(w_data),
-                     self.out_wr.en.eq(w_out), self.out_wr.addr.eq(w_dst),
+                     self.out_wr.en.eq(w_result), self.out_wr.addr.eq(w_dst),
                      self.out_wr.data.eq(Cat(*[w_data.word_select(k, acc_w)[:out_w] for k in range(lanes)])),
-                     self.gemm_uop.eq(w_count & ~is_alu), self.alu_uop.eq(w_count & is_alu)]
+                     self.gemm_uop.eq(w_result & ~is_alu), self.alu_uop.eq(w_result & is_alu)]
 
         busy = gen | i_valid | w_valid
         for v in stage_valid + g_valid[1:] + [c[0] for c in chain[1:]]:

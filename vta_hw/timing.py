@@ -14,6 +14,8 @@ Delay models (picoseconds), one per family (``MODELS``):
   its pipeline registers (AREG/BREG/ADREG/MREG/PREG ...), block RAM with and without its output
   register. yosys's own ``sta`` has no arcs for CARRY4 and FDRE (it ignores carry chains); they
   are taken from the same specify blocks here. DSP clock-enable/reset pins get a setup of 0.4 ns.
+  A DSP without pipeline registers whose output goes straight into registers is timed with an M
+  register: Vivado packs such a register into the DSP (yosys does for DSP48E1, not for DSP48E2).
 * ``xcup`` (xczu3eg -1, Ultra96): yosys has no UltraScale+ delays. FF, LUT, CARRY8 and DSP48E2
   figures come from published Vivado post-route timing reports of xczu3eg-sbva484-1 (FDRE
   clock-to-Q 0.096, LUT 0.04-0.17 by pin, CARRY8 S->CO7 0.24 and CI->CO7 0.023, DSP48E2
@@ -157,9 +159,15 @@ def _width(conns: dict, port: str) -> int:
     return len(conns.get(port, ()))
 
 
-def _dsp_timing(model: DelayModel, p: dict, conns: dict) -> CellTiming:
-    """DSP48E1/E2 as yosys's DSP48E1 model (functions ``A.required``, ``P.arrival``, ...)."""
+def _dsp_timing(model: DelayModel, p: dict, conns: dict, m_register_after: bool = False) -> CellTiming:
+    """DSP48E1/E2 as yosys's DSP48E1 model (functions ``A.required``, ``P.arrival``, ...).
+
+    ``m_register_after``: the multiplier has no register of its own but its output goes straight
+    into fabric registers, which Vivado packs into the DSP as its M register (yosys does this for
+    DSP48E1 but not for DSP48E2): the multiply is then timed with an M register."""
     reg = {k: _param_int(p, k) for k in ("AREG", "BREG", "CREG", "DREG", "ADREG", "MREG", "PREG")}
+    if m_register_after and not reg["MREG"] and not reg["PREG"]:
+        reg["MREG"] = 1
     use_mult = str(p.get("USE_MULT", "MULTIPLY")).strip('"')
     use_d = str(p.get("USE_DPORT", "FALSE")).strip('"') == "TRUE" or str(p.get("AMULTSEL", "A")) == "AD"
     patdet = str(p.get("USE_PATTERN_DETECT", "NO_PATDET")) != "NO_PATDET"
@@ -312,9 +320,10 @@ def _srl_timing(model: DelayModel, cell_type: str, conns: dict) -> CellTiming:
 _NO_TIMING = ("VCC", "GND", "BUFG", "BUFG_PS", "BUFGCE", "IBUF", "OBUF")
 
 
-def cell_timing(model: DelayModel, cell_type: str, params: dict, conns: dict) -> CellTiming | None:
+def cell_timing(model: DelayModel, cell_type: str, params: dict, conns: dict,
+                m_register_after: bool = False) -> CellTiming | None:
     """The arcs of one cell; None for cells without data timing (constants, clock and I/O buffers,
-    black boxes: see :func:`analyse`)."""
+    black boxes: see :func:`analyse`). ``m_register_after``: see :func:`_dsp_timing`."""
     m = re.fullmatch(r"LUT([1-6])", cell_type)
     if m:
         n = int(m.group(1))
@@ -340,7 +349,7 @@ def cell_timing(model: DelayModel, cell_type: str, params: dict, conns: dict) ->
     if cell_type.startswith("RAMB"):
         return _bram_timing(model, params, conns)
     if cell_type.startswith("DSP48"):
-        return _dsp_timing(model, params, conns)
+        return _dsp_timing(model, params, conns, m_register_after)
     if re.match(r"RAM\d+(X\d+[SD]|M\d*)", cell_type):
         return _lutram_timing(model, cell_type, conns)
     return None
@@ -427,10 +436,26 @@ def analyse(netlist: dict | str | Path, family: str, top: str | None = None, max
     dedicated: set = set()
     captures: list = []   # (bit, setup ps, cell name, cell type, pin, into a register: FF D, DSP A/B/C/D register)
     ram_dsp_out: dict = {}   # bit -> (cell name, type): block RAM / DSP outputs without their output register
+    # which bits feed only the D pin of flip-flops (a DSP whose product does is given an M register)
+    into_ff_only: dict = {}
+    for cell in module["cells"].values():
+        is_ff = bool(re.fullmatch(r"FD[RSCP]E(_1)?", cell["type"]))
+        dirs = cell.get("port_directions", {})
+        for port, bits in cell["connections"].items():
+            if dirs.get(port) == "input":
+                for b in bits:
+                    if not isinstance(b, str):
+                        into_ff_only[b] = into_ff_only.get(b, True) and is_ff and port == "D"
+    for port in module["ports"].values():
+        if port["direction"] == "output":
+            into_ff_only.update({b: False for b in port["bits"] if not isinstance(b, str)})
+
     for cname, cell in module["cells"].items():
         ctype = cell["type"].lstrip("\\")
         conns = cell["connections"]
-        t = cell_timing(model, ctype, cell.get("parameters", {}), conns)
+        m_after = ctype.startswith("DSP48") and all(into_ff_only.get(b, True) for b in conns.get("P", ())
+                                                    if not isinstance(b, str))
+        t = cell_timing(model, ctype, cell.get("parameters", {}), conns, m_after)
         if t is None:
             if ctype in _NO_TIMING:
                 for b_in, b_out in zip(conns.get("I", []), conns.get("O", [])):

@@ -6,9 +6,13 @@ import pytest
 
 from vta_hw import timing
 
+_OUTPUTS = {"Q", "O", "CO", "P", "DOADO"}
+
 
 def _netlist(cells: dict, ports: dict | None = None, names: dict | None = None) -> dict:
     netnames = {name: {"hide_name": 0, "bits": bits} for name, bits in (names or {}).items()}
+    for c in cells.values():     # as yosys writes them
+        c["port_directions"] = {p: "output" if p in _OUTPUTS else "input" for p in c["connections"]}
     return {"modules": {"top": {"attributes": {"top": "00000000000000000000000000000001"},
                                 "ports": ports or {}, "cells": cells, "netnames": netnames}}}
 
@@ -99,6 +103,20 @@ def test_block_ram_reads_and_dsp_products_must_be_registered():
         return {"type": "DSP48E1", "parameters": {"AREG": "1", "BREG": "1", "MREG": "1", "PREG": str(preg),
                                                   "USE_MULT": "MULTIPLY", "USE_DPORT": "FALSE"},
                 "connections": {"A": [2], "B": [2], "P": [7], "CLK": [1]}}
+    # a multiply without registers of its own (yosys's DSP48E2 mapping) between fabric registers:
+    # the register after it is the DSP's M register to Vivado, so the multiply is timed with one
+    bare = {"AREG": "0", "BREG": "0", "MREG": "0", "PREG": "0", "USE_MULT": "MULTIPLY", "USE_DPORT": "FALSE"}
+    rep = timing.analyse(_netlist({"a": _ff(10, 2), "m": {"type": "DSP48E2", "parameters": bare, "connections": {
+        "A": [2], "B": [2], "P": [7], "CLK": [1]}}, "q": _ff(7, 8)}, names={"q": [8]}), "xcup")
+    assert rep.unregistered == []
+    ns = {p.end.split()[-1]: p.ns for p in rep.paths}
+    assert ns == pytest.approx({"A": (96 + 1416 * 0.7) / 1000, "B": (96 + 1285 * 0.7) / 1000,   # into M
+                                "q": (1671 * 0.7 + 27) / 1000})                                  # M -> P -> q
+    rep = timing.analyse(_netlist({"a": _ff(10, 2), "m": {"type": "DSP48E2", "parameters": bare, "connections": {
+        "A": [2], "B": [2], "P": [7], "CLK": [1]}}, "l": _lut6([7] + ["0"] * 5, 8), "q": _ff(8, 9)}), "xcup")
+    assert len(rep.unregistered) == 1                          # a product used before any register
+    assert rep.worst.ns == pytest.approx((96 + 2823 * 0.7 + round(642 * 0.27) + 27) / 1000)
+
     base = {"a": _ff(10, 2), "l": _lut6([7] + ["0"] * 5, 8), "d": _ff(8, 9)}
     rep = timing.analyse(_netlist(dict(base, m=dsp(0))), "xc7")
     assert len(rep.unregistered) == 1 and rep.worst.ns == pytest.approx((1671 + 642) / 1000)   # clock to P via MREG
