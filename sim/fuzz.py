@@ -1,10 +1,14 @@
 """Differential fuzzer: random legal VTA programs run on fsim and tsim, results compared.
 
-``python -m sim.fuzz N [--seed S] [--config NAME ...]`` (``nox -s fuzz -- N``) runs N random
-programs, each on a fresh fsim and a fresh tsim device with the same DRAM contents, and compares
-every output byte, the fsim counters both devices define, and the outcome (a tenth of the cases
-have one instruction replaced by an illegal one: both devices must refuse it with the same error
-class and instruction index). A mismatch is printed and saved as a reproducer
+``python -m sim.fuzz N [--seed S] [--config NAME ...] [--jobs J]`` (``nox -s fuzz -- N``) runs N
+random programs, each on a fresh fsim and a fresh tsim device with the same DRAM contents, and
+compares every output byte, the fsim counters both devices define, and the outcome (a tenth of the
+cases have one instruction replaced by an illegal one: both devices must refuse it with the same
+error class and instruction index). tsim's bus checker must see no AXI violation. Program k uses
+seed S+k and config k mod (number of configs); the seed also draws tsim's bus (random
+back-pressure per channel, read/write latencies, read reordering, early W beats: see
+``sim.tsim.BusModel.random``), so a case's result does not depend on J, the number of worker
+processes (default: every core). A mismatch is printed and saved as a reproducer
 (``build/fuzz/case-<config>-<seed>.npz``) that ``python -m sim.fuzz --replay FILE`` runs again.
 
 A program is a random sequence of INP/WGT/ACC/UOP loads (random sizes, strides and pads), GEMM
@@ -19,6 +23,8 @@ copies through OUT) so that all 32 bits of every accumulator are compared.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import random
 import sys
 import time
@@ -28,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vta_hw.spec import AluOp, MemType, Opcode, Stage, load_config
+from vta_hw.spec import DEVICE_COUNTERS, AluOp, MemType, Opcode, Stage, load_config
 from vta_runtime.errors import ProgramError
 from vta_runtime.insn_queue import InsnQueue
 
@@ -55,6 +61,7 @@ class Program:
     outputs: list[tuple[int, int]]              # (phys, nbytes) to compare after the run
     illegal_at: int | None = None
     notes: list[str] = field(default_factory=list)
+    tsim_cycles: int | None = None              # set by run_case
 
 
 class _Gen:
@@ -365,10 +372,6 @@ def make_program(cfg_name: str, seed: int, alloc) -> Program:
 
 
 # ---------------------------------------------------------------------------- running
-_COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes",
-             "gemm_counter", "alu_counter")
-
-
 def _run_on(dev, prog: Program):
     for phys, data in prog.buffers:
         dev.write(phys, data)
@@ -380,33 +383,46 @@ def _run_on(dev, prog: Program):
     except ProgramError as exc:
         err = (type(exc).__name__, exc.index)
     outs = [dev.read(p, n) for p, n in prog.outputs]
-    stats = {k: dev.stats()[k] for k in _COUNTERS}
+    stats = {k: dev.stats()[k] for k in DEVICE_COUNTERS}
     return err, outs, stats
 
 
-def _fresh_pair(cfg_name: str):
+def bus_for(seed: int):
+    """tsim's bus for the program of ``seed`` (its own random stream: the program does not change)."""
+    from .tsim import BusModel
+    return BusModel.random(random.Random(f"bus-{seed}"))
+
+
+def _fresh_pair(cfg_name: str, seed: int):
     from .fsim import FsimDevice
     from .tsim import TsimDevice
     cfg = load_config(configs()[cfg_name])
-    return FsimDevice(cfg, dram_bytes=DRAM_BYTES), TsimDevice(cfg, dram_bytes=DRAM_BYTES, progress=None)
+    return FsimDevice(cfg, dram_bytes=DRAM_BYTES), TsimDevice(cfg, dram_bytes=DRAM_BYTES, bus=bus_for(seed),
+                                                             progress=None)
 
 
 def run_case(cfg_name: str, seed: int) -> tuple[Program, list[str]]:
     """Run one random program on fresh fsim and tsim devices; returns (program, mismatch descriptions)."""
-    fs, ts = _fresh_pair(cfg_name)
+    fs, ts = _fresh_pair(cfg_name, seed)
     try:
         prog = make_program(cfg_name, seed, fs.alloc)
         for phys, data in prog.buffers:                    # the same allocations on tsim
             got = ts.alloc(data.size)
             assert got == phys, "fsim and tsim allocate alike"
-        return prog, compare(prog, fs, ts)
+        problems = compare(prog, fs, ts)
+        prog.tsim_cycles = ts.cycles()
+        return prog, problems
     finally:
         ts.close()
 
 
 def compare(prog: Program, fs, ts) -> list[str]:
+    from .tsim import BusProtocolError
     fe, fo, fst = _run_on(fs, prog)
-    te, to, tst = _run_on(ts, prog)
+    try:
+        te, to, tst = _run_on(ts, prog)
+    except BusProtocolError as exc:
+        return [f"tsim bus checker ({ts.bus}): {exc}"]
     problems = []
     if fe != te:
         problems.append(f"outcome: fsim {fe or 'ok'}, tsim {te or 'ok'}")
@@ -416,7 +432,7 @@ def compare(prog: Program, fs, ts) -> list[str]:
                 da, db = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
                 first = int(np.flatnonzero(da != db)[0])
                 problems.append(f"output buffer {k}: {int((da != db).sum())} bytes differ, first at byte {first}")
-        for key in _COUNTERS:
+        for key in DEVICE_COUNTERS:
             if fst[key] != tst[key]:
                 problems.append(f"counter {key}: fsim {fst[key]}, tsim {tst[key]}")
     return problems
@@ -445,7 +461,7 @@ def load(path: str | Path) -> Program:
 
 def replay(path: str | Path) -> list[str]:
     prog = load(path)
-    fs, ts = _fresh_pair(prog.cfg_name)
+    fs, ts = _fresh_pair(prog.cfg_name, prog.seed)
     try:
         for phys, data in prog.buffers:
             assert fs.alloc(data.size) == phys and ts.alloc(data.size) == phys
@@ -454,26 +470,56 @@ def replay(path: str | Path) -> list[str]:
         ts.close()
 
 
-def fuzz(n: int, seed: int = 0, names: list[str] | None = None, quiet: bool = False) -> list[tuple[Program, list]]:
+def _case(job: tuple[str, int]) -> tuple[Program, list[str]]:
+    name, case_seed = job
+    try:
+        prog, problems = run_case(name, case_seed)
+    except Exception:  # a crash in the harness or a device is a finding too
+        problems = ["exception:\n" + traceback.format_exc()]
+        prog = Program(name, case_seed, b"", [], [])
+    if problems and prog.insns:
+        prog.notes.append(str(save(prog, problems)))
+    return prog, problems
+
+
+def build_all(names: list[str], quiet: bool = True) -> None:
+    """Build each config's tsim library once, before any worker needs it."""
+    from .tsim import build
+    for name in names:
+        build(load_config(configs()[name]), progress=(lambda msg: None) if quiet else None)
+
+
+def run_all(cases: list[tuple[str, int]], jobs: int = 1):
+    """Yield ``(program, problems)`` for each (config name, seed) in ``cases``, in completion order,
+    from ``jobs`` worker processes (each case on its own fresh devices)."""
+    build_all(sorted({name for name, _ in cases}))
+    jobs = max(1, min(jobs, len(cases)))
+    if jobs == 1:
+        yield from map(_case, cases)
+        return
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        yield from pool.imap_unordered(_case, cases)
+
+
+def fuzz(n: int, seed: int = 0, names: list[str] | None = None, quiet: bool = False,
+         jobs: int = 1) -> list[tuple[Program, list]]:
+    """Run programs ``seed .. seed+n-1`` (config ``names[k % len(names)]``) on ``jobs`` worker
+    processes; returns the failures, ordered by seed."""
     names = names or list(configs())
+    cases = [(names[k % len(names)], seed + k) for k in range(n)]
+    build_all(names, quiet)
     failures = []
     t0 = time.perf_counter()
-    for k in range(n):
-        name = names[k % len(names)]
-        case_seed = seed + k
-        try:
-            prog, problems = run_case(name, case_seed)
-        except Exception:  # a crash in the harness or a device is a finding too
-            problems = ["exception:\n" + traceback.format_exc()]
-            prog = Program(name, case_seed, b"", [], [])
+    for done, (prog, problems) in enumerate(run_all(cases, jobs), 1):
         if problems:
-            path = save(prog, problems) if prog.insns else None
             failures.append((prog, problems))
-            print(f"MISMATCH {name} seed {case_seed}: " + "; ".join(problems) + (f" (reproducer {path})"
-                                                                                 if path else ""), flush=True)
-        elif not quiet and (k + 1) % 25 == 0:
-            print(f"  {k + 1}/{n} cases, {len(failures)} mismatches ({time.perf_counter() - t0:.0f} s)", flush=True)
-    return failures
+            where = f" (reproducer {prog.notes[-1]})" if prog.notes else ""
+            print(f"MISMATCH {prog.cfg_name} seed {prog.seed}: " + "; ".join(problems) + where, flush=True)
+        elif not quiet and done % 100 == 0:
+            dt = time.perf_counter() - t0
+            print(f"  {done}/{n} programs, {len(failures)} mismatches ({dt:.0f} s, {done / dt:.2f} programs/s)",
+                  flush=True)
+    return sorted(failures, key=lambda f: f[0].seed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -482,16 +528,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("n", nargs="?", type=int, default=100, help="number of random programs (default 100)")
     p.add_argument("--seed", type=int, default=int(time.time()) % 100000, help="first seed (default: from the clock)")
     p.add_argument("--config", action="append", choices=sorted(configs()), help="configs to use (default: all)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="worker processes (default: every core; results do not depend on it)")
     p.add_argument("--replay", help="run a saved reproducer again")
     args = p.parse_args(argv)
     if args.replay:
         problems = replay(args.replay)
         print("\n".join(problems) if problems else "no mismatch")
         return 1 if problems else 0
-    print(f"fuzzing {args.n} programs from seed {args.seed} on {', '.join(args.config or configs())}", flush=True)
+    names = args.config or list(configs())
+    print(f"fuzzing {args.n} programs (seeds {args.seed}..{args.seed + args.n - 1}) on {', '.join(names)} "
+          f"with {args.jobs} worker(s)", flush=True)
+    build_all(names, quiet=False)
     t0 = time.perf_counter()
-    failures = fuzz(args.n, args.seed, args.config)
-    print(f"{args.n} programs, {len(failures)} mismatches, {time.perf_counter() - t0:.0f} s")
+    failures = fuzz(args.n, args.seed, names, jobs=args.jobs)
+    dt = time.perf_counter() - t0
+    print(f"{args.n} programs, {len(failures)} mismatches, {dt:.0f} s ({args.n / dt:.2f} programs/s, builds "
+          f"excluded); seeds {args.seed}..{args.seed + args.n - 1} on {', '.join(names)}, {args.jobs} worker(s)")
     return 1 if failures else 0
 
 

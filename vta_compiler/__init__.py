@@ -10,20 +10,15 @@ __version__ = "0.1.0"
 
 from . import ext_dev
 from .bitstream import download_bitstream, get_bitstream_path, install_bitstream
-from .build_module import build, build_config, lower
+from .build_module import HostMismatchError, build, build_config, lower
 from .environment import DevContext, Environment, get_env
 from .transform import VTACompileError
 
-try:
-    ext_dev.load()
-except Exception as exc:   # noqa: BLE001 - compiling still works; running needs the plugin
-    import warnings
-    warnings.warn(f"the VTA ext_dev plugin is unavailable, so compiled kernels cannot get device tensors: {exc}",
-                  RuntimeWarning, stacklevel=2)
+ext_dev.install()   # the C++ plugin is built when TVM first needs the ext_dev device
 
 from . import top, testing  # noqa: E402,I001
 from .rpc_client import program_fpga, reconfig_runtime  # noqa: E402
 
-__all__ = ["DevContext", "Environment", "VTACompileError", "build", "build_config", "download_bitstream", "ext_dev",
-           "get_bitstream_path", "get_env", "install_bitstream", "lower", "program_fpga", "reconfig_runtime", "testing",
-           "top"]
+__all__ = ["DevContext", "Environment", "HostMismatchError", "VTACompileError", "build", "build_config",
+           "download_bitstream", "ext_dev", "get_bitstream_path", "get_env", "install_bitstream", "lower",
+           "program_fpga", "reconfig_runtime", "testing", "top"]

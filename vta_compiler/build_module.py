@@ -21,7 +21,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir import pipeline as s_pipeline
 
 from . import transform
-from .environment import get_env
+from .environment import TARGET_HOSTS, get_env
 
 ADD_LOWER_PASS = "tirx.add_lower_pass"
 PIPELINE = "vta"
@@ -108,6 +108,39 @@ def _to_module(inputs: Any, name: str | None = None) -> tvm.IRModule:
     raise TypeError(f"expected an s_tir.Schedule, a PrimFunc or an IRModule, got {type(inputs).__name__}")
 
 
+class HostMismatchError(RuntimeError):
+    """A module compiled for a board's CPU was called on a machine with another CPU."""
+
+
+def _host_mismatch(target: str, config_source: str) -> HostMismatchError:
+    host = TARGET_HOSTS.get(target, {}).get("mtriple", "another CPU")
+    return HostMismatchError(
+        f"this module was compiled for TARGET {target!r}, whose host CPU is {host}, so it cannot run on this "
+        f"machine. Run it on the board over RPC: vta.testing.run(fn) gives fn a session on a {target} board "
+        "(then export_library, remote.upload, remote.load_module and remote.ext_dev(0); see the README, "
+        "\"Boards\"). Or set TARGET to \"sim\" (fsim) or \"tsim\" (the Verilated core) in the configuration "
+        f"({config_source}) to compile for this machine and run on a simulator here.")
+
+
+def _explain_host_mismatch(mod, env):
+    """Make ``mod`` (and ``mod(...)``, ``mod["f"]``, ``mod.f``) raise HostMismatchError instead of TVM's
+    "Cannot run module, architecture mismatch" when it is called on a machine its CPU code cannot run on."""
+    if not isinstance(mod, tvm.runtime.Module):
+        return mod
+    plain = type(mod).get_function
+    target, source = env.TARGET, env.config.source
+
+    def get_function(name: str, query_imports: bool = False):
+        try:
+            return plain(mod, name, query_imports)
+        except Exception as exc:
+            if "architecture mismatch" in str(exc):
+                raise _host_mismatch(target, source) from None
+            raise
+    mod.__dict__["get_function"] = get_function    # the lookups of Module.__call__/__getitem__/__getattr__
+    return mod
+
+
 def _active() -> bool:
     return ADD_LOWER_PASS in tvm.transform.PassContext.current().config
 
@@ -136,5 +169,5 @@ def build(inputs: Any, target: Any = None, name: str | None = None, target_host:
     mod = _to_module(inputs, name)
     if not _active():
         with build_config():
-            return tvm.tirx.build(mod, target=target, pipeline=PIPELINE)
-    return tvm.tirx.build(mod, target=target, pipeline=PIPELINE)
+            return _explain_host_mismatch(tvm.tirx.build(mod, target=target, pipeline=PIPELINE), env)
+    return _explain_host_mismatch(tvm.tirx.build(mod, target=target, pipeline=PIPELINE), env)

@@ -55,7 +55,7 @@ class VTADeviceAPI final : public DeviceAPI {
 
 TVM_FFI_STATIC_INIT_BLOCK() {
   namespace refl = tvm::ffi::reflection;
-  refl::GlobalDef().def_packed("device_api.ext_dev", [](tvm::ffi::PackedArgs, tvm::ffi::Any* rv) {
+  refl::GlobalDef().def_packed("vta.ext_dev.device_api", [](tvm::ffi::PackedArgs, tvm::ffi::Any* rv) {
     *rv = static_cast<void*>(VTADeviceAPI::Global());
   });
 }

@@ -10,6 +10,7 @@ from typing import Any
 from vta_hw.spec import Config, load_config
 
 from .bitstream import download_bitstream, get_bitstream_path
+from .environment import SIMULATED_TARGETS
 
 
 def _config(env: Any = None) -> Config:
@@ -30,8 +31,12 @@ def program_fpga(remote, bitstream: str | None = None, env: Any = None) -> str:
     """Upload a bitstream and program the server's FPGA with it.
 
     Without ``bitstream``: the cached one for the configuration (``get_bitstream_path``), downloaded
-    first if it is missing (``$VTA_BITSTREAM_URL``). Returns the server's description of what it did."""
+    first if it is missing (``$VTA_BITSTREAM_URL``); with TARGET sim or tsim there is no FPGA and
+    nothing to program, so this does nothing (as the original did), and a script written for a board
+    runs unchanged on a simulator. Returns the server's description of what it did."""
     cfg = _config(env)
+    if bitstream is None and cfg.TARGET in SIMULATED_TARGETS:
+        return f"TARGET {cfg.TARGET} is a simulator: no FPGA to program"
     if bitstream is None:
         bitstream = get_bitstream_path(cfg)
         if not os.path.isfile(bitstream):

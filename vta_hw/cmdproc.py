@@ -3,7 +3,7 @@ core's supervisor and the way they latch their first error."""
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, Value
+from amaranth.hdl import Module, Mux, Value
 from amaranth.lib.wiring import Out
 
 from .layouts import INDEX_BITS
@@ -63,32 +63,32 @@ def sequence_commands(m: Module, unit, *, insn: Value, index: Value, halt: Value
     ``done``; push its tokens (the comb statements ``push``) and retire it. ``halt`` drops the
     instruction at any step. Returns ``(idle, stalled, retiring)``: the first two for
     :func:`drive_status`, ``retiring`` is high in the cycle the instruction retires."""
-    IDLE, WAIT, EXECUTING, PUSH = range(4)
-    state = Signal(range(4))
-    with m.Switch(state):
-        with m.Case(IDLE):
+    with m.FSM(init="IDLE", name="sequence") as fsm:
+        with m.State("IDLE"):
             m.d.comb += unit.cmd.ready.eq(~halt & accept)
             with m.If(unit.cmd.valid & unit.cmd.ready):
-                m.d.sync += [insn.eq(unit.cmd.payload.insn), index.eq(unit.cmd.payload.index), state.eq(WAIT)]
-        with m.Case(WAIT):
+                m.d.sync += [insn.eq(unit.cmd.payload.insn), index.eq(unit.cmd.payload.index)]
+                m.next = "WAIT"
+        with m.State("WAIT"):
             with m.If(halt):
-                m.d.sync += state.eq(IDLE)
+                m.next = "IDLE"
             with m.Elif(~waiting):
                 m.d.comb += pop
                 with m.If(skip):
-                    m.d.sync += state.eq(PUSH)
+                    m.next = "PUSH"
                 with m.Else():
                     start()
-                    m.d.sync += state.eq(EXECUTING)
-        with m.Case(EXECUTING):
+                    m.next = "EXECUTING"
+        with m.State("EXECUTING"):
             with m.If(halt):
-                m.d.sync += state.eq(IDLE)
+                m.next = "IDLE"
             with m.Elif(done):
-                m.d.sync += state.eq(PUSH)
-        with m.Case(PUSH):
+                m.next = "PUSH"
+        with m.State("PUSH"):
             with m.If(halt):
-                m.d.sync += state.eq(IDLE)
+                m.next = "IDLE"
             with m.Else():
                 m.d.comb += push
-                m.d.sync += [unit.retired.eq(index + 1), state.eq(IDLE)]
-    return state == IDLE, (state == WAIT) & waiting, (state == PUSH) & ~halt
+                m.d.sync += unit.retired.eq(index + 1)
+                m.next = "IDLE"
+    return fsm.ongoing("IDLE"), fsm.ongoing("WAIT") & waiting, fsm.ongoing("PUSH") & ~halt

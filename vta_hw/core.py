@@ -27,7 +27,7 @@ from amaranth.lib.wiring import Out
 from vta_hw.spec import Config, load_config
 from vta_hw.spec.regmap import COUNTERS, ID_VALUE, NO_INSN, STATE, DmaClient, ErrorCode, hwconfig_word
 
-from .axi import MAX_BURST_BEATS, axi4_lite_slave_members, axi4_master_members
+from .axi import axi4_lite_slave_members, axi4_master_members
 from .axi_master import AxiArbiter
 from .compute import Compute
 from .dep_queue import TokenQueue
@@ -63,10 +63,11 @@ class VtaCore(wiring.Component):
     #: AXI ID of every write (one write client, in order); AXI3 ports need it as WID.
     write_id = DmaClient.OUT
 
-    def __init__(self, config=None, queue_depth: int = 16, max_burst_beats: int = MAX_BURST_BEATS):
+    def __init__(self, config=None, queue_depth: int = 16, max_burst_beats: int | None = None):
         cfg = self.cfg = load_config(config)
         check_buildable(cfg)
-        self.layouts = Layouts(cfg, max_burst_beats)
+        # the target's memory port decides (16 beats on the Zynq-7000's AXI3 ACP)
+        self.layouts = Layouts(cfg, cfg.AXI_MAX_BURST_BEATS if max_burst_beats is None else max_burst_beats)
         self.queue_depth = queue_depth
         self.data_bits = cfg.AXI_DATA_BITS
         members = {}

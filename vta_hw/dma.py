@@ -290,9 +290,6 @@ class DmaWriter(wiring.Component):
         ecnt = Signal(range(ratio + 1))
         evalid = Signal()
         w_fire = Signal()
-        with m.If(~wactive & lens.r_rdy):
-            m.d.comb += lens.r_en.eq(1)
-            m.d.sync += [wactive.eq(1), wrem.eq(lens.r_data)]
         m.d.comb += [
             w.valid.eq(wactive & (evalid | self.halt)),
             w.payload.data.eq(ebuf[:dw]),
@@ -309,6 +306,10 @@ class DmaWriter(wiring.Component):
                 m.d.sync += [ebuf.eq(ebuf >> dw), ecnt.eq(ecnt - 1)]
                 with m.If(last_beat_of_elem):
                     m.d.sync += evalid.eq(0)
+        # the next burst's length is taken as the last beat of this one goes, so bursts go back to back
+        with m.If((~wactive | (w_fire & (wrem == 1))) & lens.r_rdy):
+            m.d.comb += lens.r_en.eq(1)
+            m.d.sync += [wactive.eq(1), wrem.eq(lens.r_data)]
         take = ~self.halt & (~evalid | (w_fire & last_beat_of_elem))
         m.d.comb += self.inp.ready.eq(take)
         with m.If(self.inp.valid & take):

@@ -94,6 +94,8 @@ class CommandQueue:
         """Copy between host (numpy arrays, bytes) and device buffers; ``kind_mask`` as in VTABufferCopy.
 
         Without ``kind_mask`` the sides are told apart by type: DataBuffer or int is device memory.
+        A host numpy array's offsets count bytes of its elements in C (row-major) order, whatever its
+        strides; other host buffers must be contiguous and, as destinations, writable.
         """
         def is_dev(x):
             return isinstance(x, (DataBuffer, int, np.integer))
@@ -103,19 +105,11 @@ class CommandQueue:
         if src_dev:
             data = self.device.read(int(src) + src_offset, nbytes)
         else:
-            data = memoryview(np.ascontiguousarray(src) if isinstance(src, np.ndarray) else src).cast("B")
-            data = bytes(data[src_offset:src_offset + nbytes])
-            if len(data) != nbytes:
-                raise RuntimeUsageError(f"buffer_copy: host source holds only {len(data)} of {nbytes} bytes")
+            data = _copy_from_host(src, src_offset, nbytes)
         if dst_dev:
             self.device.write(int(dst) + dst_offset, data)
         else:
-            view = memoryview(dst).cast("B") if not isinstance(dst, np.ndarray) else dst.reshape(-1).view(np.uint8)
-            if len(view) < dst_offset + nbytes:
-                raise RuntimeUsageError(f"buffer_copy: host destination holds only {len(view)} bytes, "
-                                        f"{dst_offset + nbytes} needed")
-            view[dst_offset:dst_offset + nbytes] = np.frombuffer(data, np.uint8) if isinstance(view, np.ndarray) \
-                else data
+            _copy_to_host(dst, dst_offset, data)
 
     def write_barrier(self, *_: Any) -> None:
         """Make CPU writes visible to the device: a no-op, device memory is coherent (VTA_COHERENT_ACCESSES)."""
@@ -351,3 +345,52 @@ class CommandQueue:
             if buf is not None:
                 self.buffer_free(buf)
         self._uop_buf = self._insn_buf = None
+
+
+def _copy_from_host(src: Any, offset: int, nbytes: int) -> bytes:
+    """``nbytes`` from byte ``offset`` of a host buffer (a numpy array in C order, whatever its strides)."""
+    try:
+        view = memoryview(np.ascontiguousarray(src) if isinstance(src, np.ndarray) else src)
+    except TypeError:
+        raise RuntimeUsageError(f"buffer_copy: a host source of type {type(src).__name__} is not a buffer") from None
+    if not view.c_contiguous:
+        raise RuntimeUsageError(f"buffer_copy: the host source ({type(src).__name__}, strides {view.strides}) is not "
+                                "contiguous; pass a numpy array, whose strides the copy follows")
+    data = bytes(view.cast("B")[offset:offset + nbytes])
+    if len(data) != nbytes:
+        raise RuntimeUsageError(f"buffer_copy: host source holds only {len(data)} of {nbytes} bytes")
+    return data
+
+
+def _copy_to_host(dst: Any, offset: int, data: bytes) -> None:
+    """Write ``data`` at byte ``offset`` of a host buffer, or refuse it saying why."""
+    nbytes = len(data)
+    if isinstance(dst, np.ndarray):
+        if not dst.flags.writeable:
+            raise RuntimeUsageError(f"buffer_copy: the host destination array ({dst.dtype}, shape {dst.shape}) "
+                                    "is read-only")
+        # a non-contiguous array (a slice, a transpose) is written through a C-ordered copy
+        flat = dst if dst.flags.c_contiguous else np.ascontiguousarray(dst)
+        view = flat.reshape(-1).view(np.uint8)
+        if view.size < offset + nbytes:
+            raise RuntimeUsageError(f"buffer_copy: host destination holds only {view.size} bytes, "
+                                    f"{offset + nbytes} needed")
+        view[offset:offset + nbytes] = np.frombuffer(data, np.uint8)
+        if flat is not dst:
+            dst[...] = flat
+        return
+    try:
+        view = memoryview(dst)
+    except TypeError:
+        raise RuntimeUsageError(f"buffer_copy: a host destination of type {type(dst).__name__} is not a buffer "
+                                "(use a numpy array or a bytearray)") from None
+    if view.readonly:
+        raise RuntimeUsageError(f"buffer_copy: the host destination ({type(dst).__name__}) is read-only")
+    if not view.c_contiguous:
+        raise RuntimeUsageError(f"buffer_copy: the host destination ({type(dst).__name__}, strides {view.strides}) "
+                                "is not contiguous; pass a numpy array, whose strides the copy follows")
+    view = view.cast("B")
+    if len(view) < offset + nbytes:
+        raise RuntimeUsageError(f"buffer_copy: host destination holds only {len(view)} bytes, "
+                                f"{offset + nbytes} needed")
+    view[offset:offset + nbytes] = data

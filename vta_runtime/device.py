@@ -1,7 +1,12 @@
-"""The Device protocol every VTA device implements, and the factory that opens one by TARGET."""
+"""The Device protocol every VTA device implements, and the registry that opens one by TARGET.
+
+The runtime knows no device: devices join the registry (entry points or ``register_device``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from importlib import metadata
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -65,14 +70,60 @@ def host_window(device: Device) -> tuple[int, int]:
                             "(it has neither host_window() nor a SimulatedDram .dram)")
 
 
+#: Entry-point group through which installed packages offer devices: the name is a config TARGET,
+#: the value a factory ``factory(config, **kwargs) -> Device`` (a Device class will do). This
+#: repository's pyproject.toml declares sim, tsim, pynq and ultra96 there.
+ENTRY_POINT_GROUP = "vta.devices"
+
+_registered: dict[str, Callable[..., Device]] = {}
+
+
+def register_device(target: str, factory: Callable[..., Device]) -> None:
+    """Make ``open_device`` use ``factory(config, **kwargs)`` for configs whose TARGET is ``target``.
+
+    A registration made here takes precedence over the entry points of installed packages.
+    """
+    _registered[target] = factory
+
+
+def unregister_device(target: str) -> None:
+    """Undo :func:`register_device` (the entry points, if any, apply again)."""
+    _registered.pop(target, None)
+
+
+def _entry_points(target: str) -> list[Any]:
+    # one distribution can be visible twice (an editable install and its source tree): same value, one device
+    found = {ep.value: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP, name=target)}
+    return list(found.values())
+
+
+def device_targets() -> list[str]:
+    """Every TARGET a device is registered or installed for."""
+    return sorted(set(_registered) | {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def device_factory(target: str) -> Callable[..., Device]:
+    """The factory that :func:`open_device` uses for ``target``; a clear error if there is none or two."""
+    from .errors import RuntimeUsageError
+    if target in _registered:
+        return _registered[target]
+    eps = _entry_points(target)
+    if not eps:
+        known = ", ".join(device_targets()) or "none"
+        raise RuntimeUsageError(
+            f"no device is registered for TARGET {target!r} (devices are registered for: {known}). A device "
+            f"joins through the entry-point group {ENTRY_POINT_GROUP!r} of an installed package or through "
+            "vta_runtime.register_device(target, factory); in a source checkout of this repository, "
+            "`pip install -e .` installs the entry points of sim, tsim, pynq and ultra96")
+    if len(eps) > 1:
+        raise RuntimeUsageError(f"more than one device is installed for TARGET {target!r}: "
+                                + ", ".join(f"{ep.value} (from {ep.dist.name if ep.dist else '?'})" for ep in eps)
+                                + "; uninstall one, or choose with vta_runtime.register_device")
+    return eps[0].load()
+
+
 def open_device(config: Config | dict[str, Any] | str | None = None, **kwargs: Any) -> Device:
-    """Open the device that the config's TARGET names (sim -> fsim, tsim -> Verilated core, boards -> driver)."""
+    """Open the device that the config's TARGET names (:func:`device_factory`; for this repository's
+    targets: sim -> fsim, tsim -> the Verilated core, pynq/ultra96 -> the board driver)."""
     cfg = load_config(config)
-    if cfg.TARGET == "sim":
-        from sim.fsim import FsimDevice
-        return FsimDevice(cfg, **kwargs)
-    if cfg.TARGET == "tsim":
-        from sim.tsim import TsimDevice
-        return TsimDevice(cfg, **kwargs)
-    from boards.driver import BoardDevice
-    return BoardDevice(cfg, **kwargs)
+    return device_factory(cfg.TARGET)(cfg, **kwargs)

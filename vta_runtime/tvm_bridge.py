@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import weakref
 from typing import Any
 
 from . import command_handle, shutdown
@@ -87,6 +88,61 @@ def host_free(addr: int) -> None:
     device.free(phys)
 
 
+class _DeviceConstants:
+    """Device copies of constant host tensors (a compiled network's weights), made once per device.
+
+    A Relax VM keeps its constants on its first device (the CPU); VTA's DMA needs them in device
+    memory. An entry pins its source tensor, so the source's address cannot be reused by another
+    tensor while the entry lives; the cache empties when the process's command queue changes, and
+    the least recently used entries go when it holds more than ``budget`` bytes.
+    """
+
+    def __init__(self, budget: int = 512 << 20):
+        self.budget = budget
+        self.entries: dict = {}
+        self.owner = None
+        self.nbytes = 0
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.nbytes = 0
+        self.owner = None
+
+    def get(self, src):
+        import tvm
+        cq = command_handle()
+        if self.owner is None or self.owner() is not cq:
+            self.clear()
+            self.owner = weakref.ref(cq)
+        key = (src.data_ptr(), tuple(src.shape), str(src.dtype))
+        hit = self.entries.pop(key, None)
+        if hit is None:
+            dst = tvm.runtime.empty(src.shape, src.dtype, device=tvm.ext_dev(0))
+            dst.copyfrom(src)
+            size = src.numel() * tvm.runtime.DataType(str(src.dtype)).itemsize
+            hit = (src, dst, size)
+            self.nbytes += size
+        self.entries[key] = hit
+        while self.nbytes > self.budget and len(self.entries) > 1:
+            old = next(iter(self.entries))
+            self.nbytes -= self.entries.pop(old)[2]
+        return hit[1]
+
+
+device_constants = _DeviceConstants()
+
+
+def release_device_buffers() -> None:
+    """Free the device memory TVM holds for reuse: the VM's pooled ext_dev buffers (TVM's memory
+    manager keeps freed buffers; after a device change they would point into the old device) and
+    the device copies of constants."""
+    import tvm
+    device_constants.clear()
+    clear = tvm.get_global_func("vm.builtin.memory_manager.clear", allow_missing=True)
+    if clear is not None:
+        clear()
+
+
 def _buffer_copy(src, src_offset, dst, dst_offset, nbytes, kind_mask):
     cq = command_handle()
     src_dev, dst_dev = bool(kind_mask & 2), bool(kind_mask & 1)
@@ -132,6 +188,7 @@ def _functions() -> dict[str, Any]:
         "RuntimeShutdown": shutdown,
         "HostAlloc": host_alloc,
         "HostFree": host_free,
+        "DeviceConstant": device_constants.get,
     }
 
 

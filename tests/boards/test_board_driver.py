@@ -13,7 +13,7 @@ import pytest
 from boards.driver import Arena, BoardDevice, DevMemWindow
 from vta_hw.spec import load_config
 from vta_runtime import CommandQueue, DeviceError, SramIndexError
-from vta_runtime.programs import GemmTiling, blocked_gemm, gemm_reference
+from vta_runtime.programs import GemmTiling, blocked_gemm, gemm_reference, informative_shift
 
 
 def test_devmem_window_maps_a_page_aligned_window(tmp_path):
@@ -62,7 +62,8 @@ def test_board_device_runs_programs(board):
     rng = np.random.default_rng(5)
     a = rng.integers(-128, 128, (8, 128), dtype=np.int8)
     b = rng.integers(-128, 128, (32, 128), dtype=np.int8)
-    np.testing.assert_array_equal(blocked_gemm(cq, a, b, 8, GemmTiling(2, 1, 4, 2)), gemm_reference(a, b, 8))
+    shift = informative_shift(a, b)
+    np.testing.assert_array_equal(blocked_gemm(cq, a, b, shift, GemmTiling(2, 1, 4, 2)), gemm_reference(a, b, shift))
     s = board.stats()
     assert s["gemm_counter"] == 8 * 2 * 8 and s["cycle_count"] > 0
     lo, hi = board.host_window()

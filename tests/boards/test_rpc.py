@@ -7,9 +7,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +14,7 @@ import numpy as np
 import pytest
 
 tvm = pytest.importorskip("tvm")
+from rpc_helpers import Server, free_port  # noqa: E402
 from tvm import rpc  # noqa: E402
 
 import vta_compiler as vta  # noqa: E402
@@ -26,54 +24,8 @@ from vta_compiler.top import Conv2DTiling, Conv2DWorkload, conv2d_layer, schedul
 from vta_compiler.top import packing as P  # noqa: E402
 from vta_hw.spec import load_config  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 WKL = Conv2DWorkload(1, 8, 8, 32, 32, 3, 3, 1, 1, 1, 1)
 TILING = Conv2DTiling(2, 4, 8, 1, 2, 1)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """``python -m vta_compiler.exec.rpc_server`` in a subprocess."""
-
-    def __init__(self, tmp: Path, *extra: str):
-        self.port = free_port()
-        self.state = tmp / f"state-{self.port}"
-        self.log = open(tmp / f"server-{self.port}.log", "w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vta_compiler.exec.rpc_server", "--port", str(self.port), "--port-end",
-             str(self.port + 1), "--state-dir", str(self.state), *extra],
-            cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + 120
-        while "listening" not in Path(self.log.name).read_text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("RPC server did not start:\n" + Path(self.log.name).read_text())
-            time.sleep(0.2)
-
-    def call(self, fn, *args):
-        """``fn(remote, *args)`` in a new session, closed before returning.
-
-        TVM's server serves one session at a time: it accepts the next connection only when the
-        current session's client has gone (or its session timeout has passed), so a test must
-        drop every object of a session before opening the next one."""
-        remote = rpc.connect("127.0.0.1", self.port, session_timeout=120)
-        try:
-            return fn(remote, *args)
-        finally:
-            del remote
-            gc.collect()
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")
@@ -124,13 +76,29 @@ def test_program_fpga_round_trip(server, tmp_path, monkeypatch):
     bit.write_bytes(os.urandom(4096))
     assert "TARGET sim has no FPGA: recorded vta.bit" in server.call(vta.program_fpga, str(bit))
     assert server.call(status)["bitstream"] == {"name": "vta.bit", "sha256": file_digest(bit)}
-    # default: the cached bitstream for the configuration
+    # a board configuration without a bitstream argument: the cached bitstream for it
     monkeypatch.setenv("VTA_CACHE_PATH", str(tmp_path / "cache"))
     monkeypatch.delenv("VTA_BITSTREAM_URL", raising=False)
+    board = vta.Environment(load_config().replace(TARGET="pynq"))
     with pytest.raises(vta.bitstream.BitstreamError, match="no bitstream download location is configured"):
-        server.call(vta.program_fpga)
-    cached = install_bitstream(bit, load_config())
-    assert f"recorded {Path(cached).name}" in server.call(vta.program_fpga)
+        server.call(vta.program_fpga, None, board)
+    cached = install_bitstream(bit, board.config)
+    assert f"recorded {Path(cached).name}" in server.call(vta.program_fpga, None, board)
+    assert server.call(status)["bitstream"]["name"] == Path(cached).name
+
+
+@pytest.mark.parametrize("target", ["sim", "tsim"])
+def test_program_fpga_is_a_no_op_on_a_simulator(server, tmp_path, monkeypatch, target):
+    """As in the original, a simulator needs no bitstream: nothing is looked up, uploaded or programmed."""
+    monkeypatch.setenv("VTA_CACHE_PATH", str(tmp_path / "empty-cache"))
+    monkeypatch.delenv("VTA_BITSTREAM_URL", raising=False)
+    before = server.call(status)["bitstream"]
+    env = vta.Environment(load_config().replace(TARGET=target))
+    assert server.call(vta.program_fpga, None, env) == f"TARGET {target} is a simulator: no FPGA to program"
+    if target == vta.get_env().TARGET:
+        assert server.call(vta.program_fpga) == f"TARGET {target} is a simulator: no FPGA to program"
+    assert server.call(status)["bitstream"] == before
+    assert not (tmp_path / "empty-cache").exists()
 
 
 def push(remote, cfg_dict):

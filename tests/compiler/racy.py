@@ -5,7 +5,8 @@ load->compute or compute->store token never shows there. Here, at every step one
 proceed (its next instruction's tokens are available) runs one instruction: usually the first
 ready one in a per-seed random priority order (so one module runs far ahead), else a random one.
 Any interleaving the tokens allow can happen, as on hardware; results that depend on a missing
-token come out wrong for some seed.
+token come out wrong for some seed. As in fsim, a run must end balanced: work or tokens left when
+FINISH runs is an UnbalancedTokensError.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections import deque
 
 from sim.fsim import FsimDevice
 from vta_hw.spec import TOKEN_QUEUES, Opcode, Stage
+from vta_runtime.diagnose import unbalanced_error
 from vta_runtime.errors import DeadlockError
 
 
@@ -45,4 +47,7 @@ class RacyFsim(FsimDevice):
             for t in p.pushes[i]:
                 tokens[t] += 1
             if p.opcode[i] == Opcode.FINISH:
-                return
+                break
+        err = unbalanced_error(self.isa, p, queues, tokens)
+        if err is not None:
+            raise err

@@ -10,14 +10,15 @@ from vta_compiler.testing.layers import run_conv2d
 from vta_compiler.top import RESNET18, Conv2DTiling, Conv2DWorkload, conv2d_tiling
 from vta_compiler.top.conv2d import fits
 
+from .checks import assert_exact
+
 
 @pytest.mark.parametrize("name", list(RESNET18))
 def test_resnet18_layer(fsim, name):
     """C1 (3 input channels, zero-padded to a block) to C11: exact int8 results, no wasted GEMM uops."""
     r = run_conv2d(RESNET18[name], name=name, seed=len(name))
-    assert r.correct, f"{name}: {np.count_nonzero(r.output != r.expected)} wrong outputs"
+    assert_exact(r)
     assert r.stats["gemm_counter"] == r.ideal_uops
-    assert r.build_s < 10
 
 
 SMALL = Conv2DWorkload(1, 8, 8, 32, 32, 3, 3, 1, 1, 1, 1)
@@ -39,14 +40,13 @@ TILINGS = [
 def test_tokens_under_random_interleaving(racy, tiling, seed):
     """Load, compute and store interleaved in random orders (as hardware may) still give exact results."""
     racy(seed)
-    r = run_conv2d(SMALL, tiling, seed=seed)
-    assert r.correct
+    assert_exact(run_conv2d(SMALL, tiling, seed=seed), tiling)
 
 
 @pytest.mark.parametrize("name", ["C3", "C9"])
 def test_resnet_layer_under_random_interleaving(racy, name):
     racy(7)
-    assert run_conv2d(RESNET18[name], name=name).correct
+    assert_exact(run_conv2d(RESNET18[name], name=name))
 
 
 @pytest.mark.parametrize("wkl", [Conv2DWorkload(1, 9, 7, 16, 16, 3, 3, 1, 1, 2, 2),
@@ -55,12 +55,17 @@ def test_resnet_layer_under_random_interleaving(racy, name):
                                  Conv2DWorkload(1, 6, 10, 16, 16, 3, 1, 1, 0, 1, 1)],
                          ids=["odd-stride2", "no-pad", "5x5", "3x1"])
 def test_other_shapes(fsim, wkl):
-    r = run_conv2d(wkl)
-    assert r.correct
+    assert_exact(run_conv2d(wkl))
 
 
-def test_no_bias_no_clip(fsim):
-    assert run_conv2d(SMALL, Conv2DTiling(2, 4, 8, 1, 2, 1), bias=False, shift=0).correct
+@pytest.mark.parametrize("shift", [0, 5])
+def test_no_bias_no_clip(fsim, shift):
+    """Without clipping the int8 result is the low 8 bits of (acc >> shift): negative values and wrap-around
+    show, and every bit of the accumulator's low byte is checked."""
+    r = run_conv2d(SMALL, Conv2DTiling(2, 4, 8, 1, 2, 1), bias=False, shift=shift, clip=None)
+    assert_exact(r)
+    assert np.mean(r.expected < 0) > 0.3                       # a clip to [0, 127] would have removed these
+    assert len(np.unique(r.expected)) == 256
 
 
 def test_tiling_fits_every_resnet_layer():
@@ -71,5 +76,4 @@ def test_tiling_fits_every_resnet_layer():
 
 def test_force_serial_gives_the_same_result(fsim):
     env = vta.get_env()
-    r = run_conv2d(SMALL, Conv2DTiling(2, 4, 8, 1, 2, 1), debug_flag=env.DEBUG_FORCE_SERIAL)
-    assert r.correct
+    assert_exact(run_conv2d(SMALL, Conv2DTiling(2, 4, 8, 1, 2, 1), debug_flag=env.DEBUG_FORCE_SERIAL))

@@ -8,6 +8,8 @@ import vta_compiler as vta
 from vta_compiler.testing.layers import run_dense
 from vta_compiler.top import DenseTiling
 
+from .checks import assert_exact
+
 
 def _gemm_tilings():
     env = vta.get_env()
@@ -22,7 +24,7 @@ def _gemm_tilings():
 def test_blocked_gemm(fsim, name):
     """The original test_benchmark_gemm shape: batch = channels = block = 128, >>8, clip, int8."""
     r = run_dense(128, 128, 128, _gemm_tilings()[name], bias=False)
-    assert r.correct
+    assert_exact(r)
     assert r.uop_ratio == 1.0
 
 
@@ -30,13 +32,13 @@ def test_blocked_gemm(fsim, name):
 def test_blocked_gemm_random_interleaving(racy, seed):
     racy(seed)
     for name in ("chunked-both", "pipelined-chunks"):
-        assert run_dense(128, 128, 128, _gemm_tilings()[name], bias=False, seed=seed).correct
+        assert_exact(run_dense(128, 128, 128, _gemm_tilings()[name], bias=False, seed=seed), name)
 
 
 @pytest.mark.parametrize("shape", [(1, 512, 1008), (16, 256, 128), (4, 64, 96)])
 def test_dense_layer(fsim, shape):
     r = run_dense(*shape)
-    assert r.correct
+    assert_exact(r)
     assert r.uop_ratio == 1.0
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 
 import vta_compiler as vta
@@ -13,6 +12,8 @@ from sim.fsim import FsimDevice
 from vta_compiler.testing.layers import run_conv2d, run_dense
 from vta_compiler.top import Conv2DTiling, Conv2DWorkload, DenseTiling
 from vta_hw.spec import AluOp, MemType, load_config
+
+from .checks import assert_exact
 
 NUMBERS = ["BATCH", "BLOCK_IN", "BLOCK_OUT", "INP_WIDTH", "WGT_WIDTH", "ACC_WIDTH", "OUT_WIDTH", "INP_ELEM_BITS",
            "WGT_ELEM_BITS", "ACC_ELEM_BITS", "OUT_ELEM_BITS", "INP_ELEM_BYTES", "WGT_ELEM_BYTES", "ACC_ELEM_BYTES",
@@ -81,11 +82,9 @@ def test_other_configurations(changes):
         vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice(cfg)))
         try:
             b, blk = env.BATCH, env.BLOCK_IN
-            d = run_dense(4 * b, 4 * blk, 4 * blk, DenseTiling(2, 2, 2, 2, 1))
-            assert d.correct
-            c = run_conv2d(Conv2DWorkload(2 * b, 6, 6, 2 * blk, 4 * blk, 3, 3, 1, 1, 1, 1),
-                           Conv2DTiling(4, 6, 3, 1, 2, 1))
-            assert c.correct, np.count_nonzero(c.output != c.expected)
+            assert_exact(run_dense(4 * b, 4 * blk, 4 * blk, DenseTiling(2, 2, 2, 2, 1)))
+            assert_exact(run_conv2d(Conv2DWorkload(2 * b, 6, 6, 2 * blk, 4 * blk, 3, 3, 1, 1, 1, 1),
+                                    Conv2DTiling(4, 6, 3, 1, 2, 1)))
         finally:
             vta_runtime.set_command_queue(None)
 
@@ -103,6 +102,6 @@ def test_small_uop_buffer_moves_loops_to_the_host():
                          r"\"vta.runtime.UopKernelBegin\", vta_kernel_\d+, \1\)", text), text
         vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice(cfg)))
         try:
-            assert run_conv2d(wkl, t).correct
+            assert_exact(run_conv2d(wkl, t))
         finally:
             vta_runtime.set_command_queue(None)

@@ -15,6 +15,8 @@ from vta_compiler.top import RESNET18, Conv2DTiling, DenseTiling
 from vta_compiler.top.common import divisors
 from vta_compiler.top.conv2d import fits, padded_channels
 
+from .checks import assert_exact
+
 pytestmark = pytest.mark.skipif(not os.environ.get("VTA_SWEEPS"),
                                 reason="slow sweep: run `nox -s sweeps` (or set VTA_SWEEPS=1)")
 
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.skipif(not os.environ.get("VTA_SWEEPS"),
 @pytest.mark.parametrize("seed", [11, 12, 13])
 def test_resnet18_random_interleaving(racy, name, seed):
     racy(seed)
-    assert run_conv2d(RESNET18[name], name=name, seed=seed).correct
+    assert_exact(run_conv2d(RESNET18[name], name=name, seed=seed))
 
 
 def _tilings(wkl, n, seed):
@@ -45,7 +47,7 @@ def test_many_tilings(fsim, racy, name):
     for k, t in enumerate(_tilings(wkl, 8, 0)):
         racy(k)
         r = run_conv2d(wkl, t, name=name, seed=k)
-        assert r.correct, t
+        assert_exact(r, t)
         assert r.uop_ratio == 1.0, t
 
 
@@ -59,4 +61,4 @@ def test_dense_tilings(racy, shape):
         and 2 * b * c <= env.ACC_BUFF_DEPTH]
     for k, t in enumerate(random.Random(1).sample(choices, min(6, len(choices)))):
         racy(k)
-        assert run_dense(*shape, tiling=t, seed=k).correct, t
+        assert_exact(run_dense(*shape, tiling=t, seed=k), t)

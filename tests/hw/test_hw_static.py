@@ -135,3 +135,17 @@ def test_configs_the_hardware_cannot_build_are_refused():
     check_buildable(CFG.replace(LOG_BATCH=1, LOG_BLOCK=3, LOG_WGT_BUFF_SIZE=16))
     with pytest.raises(HardwareConfigError, match="an INP element is 4 bytes, narrower than the 64-bit AXI bus"):
         check_buildable(CFG.replace(LOG_BLOCK=2, LOG_INP_BUFF_SIZE=13, LOG_WGT_BUFF_SIZE=14, LOG_ACC_BUFF_SIZE=15))
+
+
+@pytest.mark.parametrize("target, top", [("pynq", "Zynq7Top"), ("ultra96", "ZynqMPTop")])
+def test_the_core_bursts_as_long_as_the_boards_memory_port_takes(target, top):
+    """The target's AXI_MAX_BURST_BEATS (what tsim builds and checks) is the board top's port limit."""
+    from boards import zynq
+
+    cfg = CFG.replace(TARGET=target)
+    board_top = getattr(zynq, top)(cfg)
+    assert cfg.AXI_MAX_BURST_BEATS == board_top.max_burst == {"pynq": 16, "ultra96": 256}[target]
+    assert board_top.core.layouts.max_burst_beats == cfg.AXI_MAX_BURST_BEATS
+    from vta_hw.core import VtaCore
+
+    assert VtaCore(cfg).layouts.max_burst_beats == cfg.AXI_MAX_BURST_BEATS

@@ -8,7 +8,8 @@ from vta_test_helpers import C, L, S
 
 import vta_runtime
 from sim.fsim import FsimDevice
-from vta_hw.spec import AluOp, Isa, MemType, Opcode, disassemble
+from vta_hw.spec import DEVICE_COUNTERS, AluOp, Isa, MemType, Opcode, disassemble
+from vta_hw.spec.regmap import COUNTERS, FSIM_COUNTERS
 from vta_runtime import (
     DEBUG_DUMP_INSN,
     DEBUG_DUMP_UOP,
@@ -44,6 +45,7 @@ def test_fsim_implements_device_protocol():
         dev.alloc(1 << 40)
     with pytest.raises(vta_runtime.DramAccessError, match="host read accesses device memory"):
         dev.read(b + 4000, 2000)
+    assert tuple(dev.stats()) == DEVICE_COUNTERS == FSIM_COUNTERS == COUNTERS[:len(DEVICE_COUNTERS)]
 
 
 def test_pending_pops_move_onto_next_instruction_and_pushes_merge():
@@ -195,3 +197,104 @@ def test_command_handle_singleton_and_shutdown():
     vta_runtime.shutdown()
     assert vta_runtime.command_handle() is not a
     vta_runtime.shutdown()
+
+
+def test_buffer_copy_follows_the_strides_of_non_contiguous_arrays():
+    """Host arrays are read and written in C order whatever their strides (a slice, a transpose)."""
+    cq = CommandQueue(FsimDevice())
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, (8, 8), dtype=np.int8)
+    buf = cq.buffer_alloc(64)
+    cq.buffer_copy(x[:, ::-1], 0, buf, 0, 64)                     # a reversed (negative-stride) source
+    assert cq.buffer_read(buf, 64) == np.ascontiguousarray(x[:, ::-1]).tobytes()
+    cq.buffer_copy(x, 0, buf, 0, 64)
+    base = np.zeros((8, 8), np.int8)
+    dst = base[:, ::2]                                            # 32 bytes, every other column
+    cq.buffer_copy(buf, 0, dst, 0, 32)
+    np.testing.assert_array_equal(dst, x.reshape(-1)[:32].reshape(8, 4))
+    np.testing.assert_array_equal(base[:, 1::2], 0)               # the columns in between are untouched
+    t = np.full((3, 4), -1, np.int16).T                           # Fortran-ordered, 2-byte elements, offset
+    cq.buffer_copy(buf, 10, t, 4, 8)
+    expect = np.full((4, 3), -1, np.int16)
+    expect.reshape(-1).view(np.uint8)[4:12] = x.reshape(-1).view(np.uint8)[10:18]
+    np.testing.assert_array_equal(t, expect)
+
+
+def _read_only_array():
+    a = np.zeros(64, np.uint8)
+    a.setflags(write=False)
+    return a
+
+
+@pytest.mark.parametrize("make_dst, message", [
+    (_read_only_array, r"host destination array \(uint8, shape \(64,\)\) is read-only"),
+    (lambda: bytes(64), r"host destination \(bytes\) is read-only"),
+    (lambda: memoryview(bytearray(128))[::2], r"host destination \(memoryview, strides \(2,\)\) is not contiguous"),
+    (lambda: [0] * 64, "a host destination of type list is not a buffer"),
+    (lambda: bytearray(16), "host destination holds only 16 bytes, 64 needed"),
+], ids=["read-only-array", "bytes", "strided-memoryview", "list", "too-small"])
+def test_buffer_copy_refuses_host_destinations_it_cannot_write(make_dst, message):
+    cq = CommandQueue(FsimDevice())
+    buf = cq.buffer_alloc(64)
+    cq.buffer_write(buf, bytes(range(64)))
+    dst = make_dst()
+    with pytest.raises(RuntimeUsageError, match=message):
+        cq.buffer_copy(buf, 0, dst, 0, 64)
+    with pytest.raises(RuntimeUsageError, match="host source .*strides .2,.. is not contiguous"):
+        cq.buffer_copy(memoryview(bytearray(128))[::2], 0, buf, 0, 64)
+
+
+def test_the_runtime_imports_no_device():
+    """Layering: vta_runtime reaches devices only through its registry, never by importing them."""
+    import ast
+    from pathlib import Path
+    for path in Path(vta_runtime.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in {"sim", "boards", "vta_compiler", "bench", "demo"}, \
+                    f"{path.name} imports {name}"
+
+
+def test_open_device_finds_each_target_through_the_registry():
+    from boards.driver import BoardDevice
+    from sim.tsim import TsimDevice
+    assert [vta_runtime.device_factory(t) for t in ("sim", "tsim", "pynq", "ultra96")] == [
+        FsimDevice, TsimDevice, BoardDevice, BoardDevice]
+    assert {"sim", "tsim", "pynq", "ultra96"} <= set(vta_runtime.device_targets())
+    cfg = FsimDevice().config
+    made = []
+
+    def fsim_for_a_board(config, **kwargs):
+        made.append(config.TARGET)
+        return FsimDevice(config, **kwargs)
+    vta_runtime.register_device("pynq", fsim_for_a_board)      # a registration beats the entry points
+    try:
+        dev = vta_runtime.open_device(cfg.replace(TARGET="pynq"), dram_bytes=1 << 22)
+        assert isinstance(dev, FsimDevice) and made == ["pynq"] and dev.config.TARGET == "pynq"
+        assert dev.dram.nbytes == 1 << 22                       # keyword arguments reach the factory
+    finally:
+        vta_runtime.unregister_device("pynq")
+    assert vta_runtime.device_factory("pynq") is BoardDevice
+    with pytest.raises(RuntimeUsageError, match=r"no device is registered for TARGET 'nowhere' \(devices are "
+                       r"registered for: .*sim.*\)\. A device joins through the entry-point group 'vta.devices'"):
+        vta_runtime.device_factory("nowhere")
+
+
+def test_an_installed_package_can_offer_a_device(tmp_path, monkeypatch):
+    """A package joins through the 'vta.devices' entry points; two devices for one TARGET are refused by name."""
+    dist = tmp_path / "other_vta_device-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: other-vta-device\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[vta.devices]\nsim = sim.fsim:FsimDevice\npynq = sim.fsim:FsimDevice\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert vta_runtime.device_factory("sim") is FsimDevice      # the same device twice is one device
+    with pytest.raises(RuntimeUsageError, match=r"more than one device is installed for TARGET 'pynq': "
+                       r"(?=.*boards\.driver:BoardDevice \(from vta-py\))(?=.*sim\.fsim:FsimDevice \(from "
+                       r"other-vta-device\))"):
+        vta_runtime.open_device(FsimDevice().config.replace(TARGET="pynq"))

@@ -11,8 +11,19 @@ from sim import fuzz  # noqa: E402
 
 @pytest.mark.parametrize("name", sorted(fuzz.configs()))
 def test_fixed_seed_batch(name):
-    failures = fuzz.fuzz(150, seed=20240, names=[name], quiet=True)
+    failures = fuzz.fuzz(150, seed=20240, names=[name], quiet=True, jobs=2)
     assert not failures, "\n".join(f"seed {p.seed}: {'; '.join(pr)}" for p, pr in failures)
+
+
+def test_results_do_not_depend_on_the_number_of_workers():
+    """Each program's seed draws its program and its tsim bus; the cycle counts (which the random
+    bus changes) are the same from one process or two."""
+    cases = [(name, 500 + k) for k, name in enumerate(sorted(fuzz.configs()) * 2)]
+    one = {(p.cfg_name, p.seed): (p.tsim_cycles, pr) for p, pr in fuzz.run_all(cases, jobs=1)}
+    two = {(p.cfg_name, p.seed): (p.tsim_cycles, pr) for p, pr in fuzz.run_all(cases, jobs=2)}
+    assert one == two
+    assert all(pr == [] and cyc > 0 for cyc, pr in one.values())
+    assert len({repr(fuzz.bus_for(seed)) for _, seed in cases}) == len(cases)
 
 
 def test_reproducer_round_trip(tmp_path, monkeypatch):

@@ -1,4 +1,9 @@
-"""Build, run and check whole layers (conv2d, dense) on the current device; used by tests, demo and bench."""
+"""Build, run and check whole layers (conv2d, dense) on the current device; used by tests, demo and bench.
+
+The data are full-range random int8 (int32 bias); unless a ``shift`` is given, it is calibrated on
+the numpy reference's accumulators so that as many outputs as possible lie strictly inside the clip
+range (``LayerRun.inside_fraction``), and an exact comparison checks values, not only signs.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from ..top import conv2d as C
 from ..top import dense as D
 from ..top import packing as P
 from . import simulator
-from .reference import conv2d_reference, dense_reference
+from .reference import calibrated_shift, conv2d_accumulators, dense_accumulators, inside_fraction, requantize
 
 
 @dataclass
@@ -29,6 +34,13 @@ class LayerRun:
     tiling: Any = None
     output: np.ndarray | None = field(default=None, repr=False)
     expected: np.ndarray | None = field(default=None, repr=False)
+    shift: int = 0
+    clip: tuple[int, int] | None = (0, 127)
+
+    @property
+    def inside_fraction(self) -> float:
+        """Fraction of the expected outputs strictly inside the clip range (not saturated)."""
+        return inside_fraction(self.expected, self.clip)
 
     @property
     def ideal_uops(self) -> float:
@@ -70,20 +82,25 @@ def _run(mod, args, out_shape, out_dtype, repeat: int):
 
 
 def run_conv2d(wkl: C.Conv2DWorkload, tiling: C.Conv2DTiling | None = None, seed: int = 0, name: str = "conv2d",
-               env: Environment | None = None, shift: int = 8, bias: bool = True, debug_flag: int = 0,
-               repeat: int = 1, build_kwargs: dict | None = None, mock: tuple[str, ...] = ()) -> LayerRun:
+               env: Environment | None = None, shift: int | None = None, bias: bool = True,
+               clip: tuple[int, int] | None = (0, 127), debug_flag: int = 0, repeat: int = 1,
+               build_kwargs: dict | None = None, mock: tuple[str, ...] = ()) -> LayerRun:
+    """``int8(clip((conv2d(x, w) + bias) >> shift))`` built, run and compared with numpy. ``shift=None``:
+    calibrated on the data (see the module doc); ``clip=None``: no clipping (the low 8 bits)."""
     env = env or get_env()
     tiling = tiling or C.conv2d_tiling(wkl, env)
-    t0 = time.perf_counter()
-    func = C.conv2d_layer(wkl, env, shift=shift, bias=bias)
-    sch = C.schedule_conv2d_packed(func, tiling, env=env, mock=mock)
-    with build_config(debug_flag=debug_flag, **(build_kwargs or {})):
-        mod = build(sch)
-    build_s = time.perf_counter() - t0
     rng = np.random.default_rng(seed)
     x = rng.integers(-128, 128, (wkl.batch, wkl.in_filter, wkl.height, wkl.width), dtype=np.int8)
     w = rng.integers(-128, 128, (wkl.out_filter, wkl.in_filter, wkl.hkernel, wkl.wkernel), dtype=np.int8)
     b = rng.integers(-(1 << 14), 1 << 14, (wkl.out_filter,), dtype=np.int32) if bias else None
+    acc = conv2d_accumulators(x, w, b, (wkl.hstride, wkl.wstride), (wkl.hpad, wkl.wpad))
+    shift = calibrated_shift(acc, clip) if shift is None else shift
+    t0 = time.perf_counter()
+    func = C.conv2d_layer(wkl, env, shift=shift, bias=bias, clip=clip)
+    sch = C.schedule_conv2d_packed(func, tiling, env=env, mock=mock)
+    with build_config(debug_flag=debug_flag, **(build_kwargs or {})):
+        mod = build(sch)
+    build_s = time.perf_counter() - t0
     xpk = P.pack_nchw(P.pad_channels(x, 1, env.BLOCK_IN), env.BATCH, env.BLOCK_IN)
     wpk = P.pack_oihw(P.pad_channels(w, 1, env.BLOCK_IN), env.BLOCK_OUT, env.BLOCK_IN)
     args = [xpk, wpk] + ([P.pack_bias_conv(b, wkl.batch, env.BATCH, env.BLOCK_OUT)] if bias else [])
@@ -91,36 +108,41 @@ def run_conv2d(wkl: C.Conv2DWorkload, tiling: C.Conv2DTiling | None = None, seed
     out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, oh, ow, env.BATCH, env.BLOCK_OUT)
     out, stats, run_s = _run(mod, args, out_shape, env.out_dtype, repeat)
     got = P.unpack_nchw(out)
-    ref = conv2d_reference(x, w, b, (wkl.hstride, wkl.wstride), (wkl.hpad, wkl.wpad), shift)
+    ref = requantize(acc, shift, clip)
     ci = xpk.shape[1] * env.BLOCK_IN
     macs = wkl.batch * wkl.out_filter * oh * ow * ci * wkl.hkernel * wkl.wkernel
     compulsory = xpk.nbytes + wpk.nbytes + got.nbytes + (wkl.batch // env.BATCH * wkl.out_filter * 4 if bias else 0)
-    return LayerRun(name, bool(np.array_equal(got, ref)), build_s, run_s, stats, macs, compulsory, tiling, got, ref)
+    return LayerRun(name, bool(np.array_equal(got, ref)), build_s, run_s, stats, macs, compulsory, tiling, got, ref,
+                    shift, clip)
 
 
 def run_dense(batch: int, in_features: int, out_features: int, tiling: D.DenseTiling | None = None, seed: int = 0,
-              name: str = "dense", env: Environment | None = None, shift: int = 8, bias: bool = True,
-              debug_flag: int = 0, repeat: int = 1, build_kwargs: dict | None = None,
-              mock: tuple[str, ...] = ()) -> LayerRun:
+              name: str = "dense", env: Environment | None = None, shift: int | None = None, bias: bool = True,
+              clip: tuple[int, int] | None = (0, 127), debug_flag: int = 0, repeat: int = 1,
+              build_kwargs: dict | None = None, mock: tuple[str, ...] = ()) -> LayerRun:
+    """``int8(clip((x @ w.T + bias) >> shift))`` built, run and compared with numpy; ``shift``/``clip`` as in
+    :func:`run_conv2d`."""
     env = env or get_env()
     tiling = tiling or D.dense_tiling(batch, in_features, out_features, env)
-    t0 = time.perf_counter()
-    func = D.dense_layer(batch, in_features, out_features, env, shift=shift, bias=bias)
-    sch = D.schedule_dense_packed(func, tiling, env=env, mock=mock)
-    with build_config(debug_flag=debug_flag, **(build_kwargs or {})):
-        mod = build(sch)
-    build_s = time.perf_counter() - t0
     rng = np.random.default_rng(seed)
     x = rng.integers(-128, 128, (batch, in_features), dtype=np.int8)
     w = rng.integers(-128, 128, (out_features, in_features), dtype=np.int8)
     b = rng.integers(-(1 << 14), 1 << 14, (out_features,), dtype=np.int32) if bias else None
+    acc = dense_accumulators(x, w, b)
+    shift = calibrated_shift(acc, clip) if shift is None else shift
+    t0 = time.perf_counter()
+    func = D.dense_layer(batch, in_features, out_features, env, shift=shift, bias=bias, clip=clip)
+    sch = D.schedule_dense_packed(func, tiling, env=env, mock=mock)
+    with build_config(debug_flag=debug_flag, **(build_kwargs or {})):
+        mod = build(sch)
+    build_s = time.perf_counter() - t0
     args = [P.pack_nc(x, env.BATCH, env.BLOCK_IN), P.pack_oi(w, env.BLOCK_OUT, env.BLOCK_IN)]
     if bias:
         args.append(P.pack_bias_dense(b, batch, env.BATCH, env.BLOCK_OUT))
     out_shape = (batch // env.BATCH, out_features // env.BLOCK_OUT, env.BATCH, env.BLOCK_OUT)
     out, stats, run_s = _run(mod, args, out_shape, env.out_dtype, repeat)
     got = P.unpack_nc(out)
-    ref = dense_reference(x, w, b, shift)
+    ref = requantize(acc, shift, clip)
     compulsory = x.nbytes + w.nbytes + got.nbytes + (b.nbytes * batch // env.BATCH if bias else 0)
     return LayerRun(name, bool(np.array_equal(got, ref)), build_s, run_s, stats, batch * in_features * out_features,
-                    compulsory, tiling, got, ref)
+                    compulsory, tiling, got, ref, shift, clip)

@@ -12,18 +12,21 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def epilogue(env: Environment, acc: te.Tensor, bias: te.Tensor | None, shift: int, clip: tuple[int, int] | None,
-             bias_index, name: str = "epilogue") -> tuple[te.Tensor, te.Tensor]:
+def epilogue(env: Environment, acc: te.Tensor, bias: te.Tensor | None, shift: int | te.Tensor,
+             clip: tuple[int, int] | None, bias_index, name: str = "epilogue") -> tuple[te.Tensor, te.Tensor]:
     """The usual int8 requantisation after a GEMM: ``clip((acc + bias) >> shift)`` then cast to int8.
 
-    Returns (epilogue tensor in int32, output tensor in int8). One element-wise stage: the ALU
-    pass turns it into a chain of in-place ALU instructions (ADD, SHR, MAX, MIN).
+    ``shift`` is an immediate or a per-channel tensor indexed like the bias (ALU SHR with a register
+    operand). Returns (epilogue tensor in int32, output tensor in int8). One element-wise stage: the
+    ALU pass turns it into a chain of in-place ALU instructions (ADD, SHR, MAX, MIN).
     """
     def f(*i):
         x = acc(*i)
         if bias is not None:
             x = x + bias(*bias_index(i))
-        if shift:
+        if isinstance(shift, te.Tensor):
+            x = x >> shift(*bias_index(i))
+        elif shift:
             x = x >> shift
         if clip is not None:
             x = te.min(te.max(x, clip[0]), clip[1])
@@ -87,3 +90,17 @@ def mock_names(env: Environment, mock) -> tuple[str, str, str, str]:
     m = env.mock
     return (m.dma_copy if "dma" in mock else env.dma_copy, m.alu if "alu" in mock else env.alu,
             m.gemm if "gemm" in mock else env.gemm, m.gemm_reset if "gemm" in mock else env.gemm_reset)
+
+
+def chunk_cycles(loads: float, gemms: float, threads: int, pipelined: bool, h_threads: int) -> float:
+    """Cycles of one input chunk of a tile, given the load and GEMM cycles of all its threads together.
+
+    A tile shared by several virtual threads is reloaded only after all of their GEMMs, so with threads
+    alone (chunks not pipelined) loads and GEMMs hardly overlap; two chunks in flight (``vta.pipeline``)
+    overlap them, except that threads over rows then share the weight tile and serialise again in part.
+    Calibrated on tsim (group and transposed convolutions)."""
+    if pipelined:
+        return max(loads, gemms) + (min(loads, gemms) / 2 if h_threads > 1 else 0)
+    if threads > 1:
+        return max(loads, gemms) + min(loads, gemms)
+    return loads + gemms

@@ -117,11 +117,12 @@ def conv2d_packed(data: te.Tensor, kernel: te.Tensor, padding: tuple[int, int], 
 
 
 def conv2d_layer(wkl: Conv2DWorkload, env: Environment | None = None, shift: int = 8, bias: bool = True,
-                 clip: tuple[int, int] | None = (0, 127)):
+                 clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
     """A whole layer as a PrimFunc: ``res = int8(clip((conv2d(data, kernel) + bias) >> shift))``.
 
-    Parameters of the function: data, kernel, [bias], res in packed layouts; input channels are
-    rounded up to the block (C1's 3 channels become BLOCK_IN, zero-padded by the caller).
+    Parameters of the function: data, kernel, [bias], [shift], res in packed layouts; input channels
+    are rounded up to the block (C1's 3 channels become BLOCK_IN, zero-padded by the caller). With
+    ``channel_shift`` the shift is a per-output-channel int32 tensor shaped like the bias.
     """
     env = env or get_env()
     bb, bi, bo = env.BATCH, env.BLOCK_IN, env.BLOCK_OUT
@@ -135,31 +136,36 @@ def conv2d_layer(wkl: Conv2DWorkload, env: Environment | None = None, shift: int
     conv = conv2d_packed(data, kernel, (wkl.hpad, wkl.wpad), (wkl.hstride, wkl.wstride), env.acc_dtype)
     args = [data, kernel]
     b = None
+    per_channel = (wkl.batch // bb, wkl.out_filter // bo, 1, 1, bb, bo)
     if bias:
-        b = te.placeholder((wkl.batch // bb, wkl.out_filter // bo, 1, 1, bb, bo), env.acc_dtype, name="bias")
+        b = te.placeholder(per_channel, env.acc_dtype, name="bias")
         args.append(b)
+    if channel_shift:
+        shift = te.placeholder(per_channel, env.acc_dtype, name="shift")
+        args.append(shift)
     _, res = epilogue(env, conv, b, shift, clip, lambda i: (i[0], i[1], 0, 0, i[4], i[5]))
     func = te.create_prim_func(args + [res])
     return func.with_attr("vta.workload", str(wkl))
 
 
 # ------------------------------------------------------------------------------------------------ tiling
-def _sizes(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling):
-    """SRAM elements (inp, wgt, acc) and GEMM kernel uops of one tiling."""
+def _sizes(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling, acc_operands: int = 1):
+    """SRAM elements (inp, wgt, acc) and GEMM kernel uops of one tiling; ``acc_operands`` per-channel
+    tensors (bias, shift) share ACC with the accumulators."""
     kh, kw, hs, ws = wkl.hkernel, wkl.wkernel, wkl.hstride, wkl.wstride
     th, tw = t.tile_h // t.h_nthread, t.tile_w
     th_in, tw_in = (th - 1) * hs + kh, (tw - 1) * ws + kw
     inp = t.tile_ci * th_in * tw_in * t.h_nthread * t.ko_nthread
     cib = padded_channels(wkl.in_filter, env.BLOCK_IN) // env.BLOCK_IN
     wgt = t.tile_co * (cib if t.wgt_at == "co" else t.tile_ci * t.ko_nthread) * kh * kw
-    acc = t.tile_co * t.tile_h * t.tile_w + t.tile_co      # accumulators + bias
+    acc = t.tile_co * t.tile_h * t.tile_w + acc_operands * t.tile_co      # accumulators + bias, shift
     loops = sorted([t.tile_co // t.oc_nthread, th, tw, t.tile_ci, kh, kw], reverse=True)
     uops = math.prod(loops[2:])
     return inp, wgt, acc, uops
 
 
-def fits(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling) -> bool:
-    inp, wgt, acc, uops = _sizes(env, wkl, t)
+def fits(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling, acc_operands: int = 1) -> bool:
+    inp, wgt, acc, uops = _sizes(env, wkl, t, acc_operands)
     return inp <= env.INP_BUFF_DEPTH and wgt <= env.WGT_BUFF_DEPTH and acc <= env.ACC_BUFF_DEPTH and \
         uops <= kernel_uop_budget(env)
 
@@ -199,8 +205,9 @@ def estimate_cycles(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling) -> f
     return total + TRAFFIC_WEIGHT * (inp_bytes + wgt_bytes) / bus
 
 
-def conv2d_tiling(wkl: Conv2DWorkload, env: Environment | None = None) -> Conv2DTiling:
-    """The cheapest tiling (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget."""
+def conv2d_tiling(wkl: Conv2DWorkload, env: Environment | None = None, acc_operands: int = 1) -> Conv2DTiling:
+    """The cheapest tiling (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget
+    (``acc_operands``: per-channel epilogue tensors in ACC, 1 for a bias, 2 for a bias and a shift)."""
     env = env or get_env()
     cib = padded_channels(wkl.in_filter, env.BLOCK_IN) // env.BLOCK_IN
     cob = wkl.out_filter // env.BLOCK_OUT
@@ -212,7 +219,7 @@ def conv2d_tiling(wkl: Conv2DWorkload, env: Environment | None = None) -> Conv2D
             if tco % oc_n or th % h_n or (cib // tci) % ko_n:
                 continue
             t = Conv2DTiling(tco, th, tw, tci, oc_n, h_n, wgt_at, ko_n)
-            if not fits(env, wkl, t):
+            if not fits(env, wkl, t, acc_operands):
                 continue
             cost = estimate_cycles(env, wkl, t)
             if best_cost is None or cost < best_cost:

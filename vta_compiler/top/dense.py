@@ -44,8 +44,10 @@ def dense_packed(data: te.Tensor, weight: te.Tensor, out_dtype: str = "int32", n
 
 
 def dense_layer(batch: int, in_features: int, out_features: int, env: Environment | None = None, shift: int = 8,
-                bias: bool = True, clip: tuple[int, int] | None = (0, 127)):
-    """``res = int8(clip((data @ weight.T + bias) >> shift))`` as a PrimFunc over packed tensors."""
+                bias: bool = True, clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
+    """``res = int8(clip((data @ weight.T + bias) >> shift))`` as a PrimFunc over packed tensors.
+
+    With ``channel_shift`` the shift is a per-output-feature int32 tensor shaped like the bias."""
     env = env or get_env()
     bb, bi, bo = env.BATCH, env.BLOCK_IN, env.BLOCK_OUT
     for n, k, what in ((batch, bb, "batch"), (in_features, bi, "input features"), (out_features, bo,
@@ -60,19 +62,23 @@ def dense_layer(batch: int, in_features: int, out_features: int, env: Environmen
     if bias:
         b = te.placeholder((batch // bb, out_features // bo, bb, bo), env.acc_dtype, name="bias")
         args.append(b)
+    if channel_shift:
+        shift = te.placeholder((batch // bb, out_features // bo, bb, bo), env.acc_dtype, name="shift")
+        args.append(shift)
     _, res = epilogue(env, acc, b, shift, clip, lambda i: i)
     return te.create_prim_func(args + [res])
 
 
-def _sizes(t: DenseTiling):
+def _sizes(t: DenseTiling, acc_operands: int = 1):
     inp = t.tile_b * t.tile_ci * t.ko_nthread
     wgt = t.tile_co * t.tile_ci * t.ko_nthread
-    acc = 2 * t.tile_b * t.tile_co
+    acc = (1 + acc_operands) * t.tile_b * t.tile_co         # accumulators + bias (+ shift)
     loops = sorted([t.tile_b // t.b_nthread, t.tile_co // t.oc_nthread, t.tile_ci], reverse=True)
     return inp, wgt, acc, loops[2]
 
 
-def dense_tiling(batch: int, in_features: int, out_features: int, env: Environment | None = None) -> DenseTiling:
+def dense_tiling(batch: int, in_features: int, out_features: int, env: Environment | None = None,
+                 acc_operands: int = 1) -> DenseTiling:
     env = env or get_env()
     nb, cib, cob = batch // env.BATCH, in_features // env.BLOCK_IN, out_features // env.BLOCK_OUT
     bus = env.AXI_DATA_BYTES
@@ -82,7 +88,7 @@ def dense_tiling(batch: int, in_features: int, out_features: int, env: Environme
             if tb % b_n or tco % oc_n or (cib // tci) % ko_n:
                 continue
             t = DenseTiling(tb, tco, tci, oc_n, b_n, ko_n)
-            inp, wgt, acc, uops = _sizes(t)
+            inp, wgt, acc, uops = _sizes(t, acc_operands)
             if inp > env.INP_BUFF_DEPTH or wgt > env.WGT_BUFF_DEPTH or acc > env.ACC_BUFF_DEPTH or \
                     uops > kernel_uop_budget(env):
                 continue

@@ -216,9 +216,6 @@ def lower_dma(attr, env: Environment, plan: dict, roots: dict) -> tirx.Stmt:
     if y.extent > 1 and not ana.can_prove_equal(y.chip, x.extent):
         raise VTACompileError(f"{what}: the on-chip side must be dense, but loop {y.var} steps it by {y.chip} "
                               f"elements for rows of {x.extent}")
-    if x.extent > 1 and not ana.can_prove_equal(x.dram, 1):
-        raise VTACompileError(f"{what}: the DRAM side must be contiguous along the inner dimension, but loop "
-                              f"{x.var} steps it by {x.dram} elements")
 
     def pads(d):
         if not d.bounded:
@@ -232,7 +229,13 @@ def lower_dma(attr, env: Environment, plan: dict, roots: dict) -> tirx.Stmt:
 
     xp0, x_size, xp1 = pads(x)
     yp0, y_size, yp1 = pads(y)
-    x_stride = y.dram if y.extent > 1 else tirx.const(x.extent, "int32")
+
+    def single(size) -> bool:      # one element inside the padding: its DRAM step only places the start
+        return ana.can_prove(size <= 1)
+    if x.extent > 1 and not ana.can_prove_equal(x.dram, 1) and not single(x_size):
+        raise VTACompileError(f"{what}: the DRAM side must be contiguous along the inner dimension, but loop "
+                              f"{x.var} steps it by {x.dram} elements")
+    x_stride = y.dram if y.extent > 1 and not single(y_size) else tirx.const(x.extent, "int32")
     dram_off = ana.simplify(tirx.floordiv(dram_base, lanes) + y.dram * yp0 + x.dram * xp0)
     if dram.ty.elem_offset is not None and not (isinstance(dram.ty.elem_offset, tirx.IntImm) and
                                                 int(dram.ty.elem_offset) == 0):

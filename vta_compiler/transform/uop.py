@@ -2,14 +2,19 @@
 
 ``LiftUopScope`` moves each ``coproc_uop_scope`` attribute (left by the GEMM intrinsics) out over
 every loop whose body is nothing but that scope, so that one attribute encloses the whole loop
-nest of uop pushes: that nest becomes one uop kernel (one GEMM instruction).
+nest of uop pushes: that nest becomes one uop kernel (one GEMM instruction). It also moves out
+over an ``if`` without ``else`` (a block predicate, as conv2d_transpose's schedule leaves around
+the GEMMs of kernel taps that only meet the zeros of stride dilation): the kernel then keeps the
+condition and records only the uops for which it holds.
 
 ``FoldUopLoop`` lowers each kernel: up to two loops (the two with the largest extents) become
 the kernel's loops (``UopLoopBegin``/``UopLoopEnd``, which the GEMM instruction's iter/factor
 fields run in hardware); the other loops are unrolled into uops when the kernel is recorded. The
 kernel is recorded once per call site (a static handle) and cached by the runtime; a kernel whose
 indices depend on one variable from outside (for example a loop that was not lifted) passes it
-as the cache signature; more than one such variable is refused (gotcha G15).
+as the cache signature; more than one such variable is refused (gotcha G15). A guarded kernel's
+condition is evaluated when the kernel is recorded, so the loops it mentions are never folded
+into hardware loops.
 """
 
 from __future__ import annotations
@@ -47,7 +52,13 @@ def lift_uop_scope(func, env: Environment):
         if isinstance(b, AttrStmt) and b.attr_key == UOP_SCOPE:
             return AttrStmt(b.node, b.attr_key, b.value, with_body(f, b.body))
         return f
-    return func.with_body(tvm_ffi.structural_map(func.body, (For, on_for), order="post"))
+
+    def on_if(i):
+        b = i.then_case
+        if i.else_case is None and isinstance(b, AttrStmt) and b.attr_key == UOP_SCOPE:
+            return AttrStmt(b.node, b.attr_key, b.value, IfThenElse(i.condition, b.body, None))
+        return i
+    return func.with_body(tvm_ffi.structural_map(func.body, [(IfThenElse, on_if), (For, on_for)], order="post"))
 
 
 def free_vars(exprs) -> list:
@@ -68,15 +79,17 @@ def kernel_uop_budget(env: Environment) -> int:
 
 
 def emit_kernel(env: Environment, what: str, op: str, dims: list, base: tuple, push_tail: tuple,
-                host_loops: list | None = None) -> tirx.Stmt:
+                host_loops: list | None = None, guard=None) -> tirx.Stmt:
     """A cached uop kernel plus the instruction that runs it.
 
     ``dims``: [(var, extent, (dst, src, wgt) element coefficients)] in nest order; ``base``: the
     (dst, src, wgt) element indices at all-zero loop variables; ``push_tail``: (mode, reset,
-    opcode, use_imm, imm); ``op``: "PushGEMMOp" or "PushALUOp".
+    opcode, use_imm, imm); ``op``: "PushGEMMOp" or "PushALUOp"; ``guard``: a condition on the
+    loop variables; uops for which it is false are not recorded (its loops are never folded).
     """
     ana = tvm.sym.Analyzer()
-    order = sorted(range(len(dims)), key=lambda n: -dims[n][1])
+    guarded = set(free_vars([guard])) if guard is not None else set()
+    order = sorted((n for n in range(len(dims)) if dims[n][0] not in guarded), key=lambda n: -dims[n][1])
     folded = sorted(order[:2])
     unrolled = [n for n in range(len(dims)) if n not in folded]
     uops = math.prod(dims[n][1] for n in unrolled)
@@ -85,7 +98,9 @@ def emit_kernel(env: Environment, what: str, op: str, dims: list, base: tuple, p
             f"{what}: the uop kernel needs {uops} uops (loops {', '.join(f'{d[0]}:{d[1]}' for d in dims)}, two of "
             f"them folded) but the UOP buffer holds {env.UOP_BUFF_DEPTH}; use smaller tiles")
     mode, reset, opcode, use_imm, imm = push_tail
-    fv = free_vars([*base, imm])
+    loop_vars = {d[0] for d in dims}
+    fv = free_vars([*base, imm] + ([guard] if guard is not None else []))
+    fv = [v for v in fv if v not in loop_vars]
     if len(fv) > 1:
         raise VTACompileError(
             f"{what}: the uop kernel depends on {len(fv)} variables from outside it ({', '.join(map(str, fv))}); "
@@ -97,7 +112,7 @@ def emit_kernel(env: Environment, what: str, op: str, dims: list, base: tuple, p
                   ana.simplify(base[1] + sum((dims[n][2][1] * dims[n][0] for n in unrolled), tirx.const(0, "int32"))),
                   ana.simplify(base[2] + sum((dims[n][2][2] * dims[n][0] for n in unrolled), tirx.const(0, "int32"))),
                   opcode, use_imm, imm)
-    body = push
+    body = push if guard is None else IfThenElse(guard, push, None)
     for n in reversed(unrolled):
         v, e, _ = dims[n]
         body = For(v, tirx.const(0, "int32"), tirx.const(e, "int32"), tirx.ForKind.SERIAL, body)
@@ -141,8 +156,12 @@ def _element_dims(what, loops, exprs, lanes_list, ana):
 def lower_gemm_kernel(attr, env: Environment, plan: dict, roots: dict) -> tirx.Stmt:
     ana = tvm.sym.Analyzer()
     loops, body = peel_loops(attr.body)
+    guard = None
+    if isinstance(body, IfThenElse) and body.else_case is None:
+        guard, body = body.condition, body.then_case
     if not (isinstance(body, Evaluate) and is_uop_push(body.value)):
-        raise VTACompileError(f"a GEMM uop kernel must be a perfect loop nest around one uop; found:\n{attr.body}")
+        raise VTACompileError(f"a GEMM uop kernel must be a perfect loop nest around one uop (optionally guarded by "
+                              f"an if); found:\n{attr.body}")
     args = body.value.args   # name, mode, reset, dst, src, wgt
     reset = const_int(args[2], "GEMM reset flag")
     ptrs = [access_ptr_parts(args[3])]
@@ -158,11 +177,13 @@ def lower_gemm_kernel(attr, env: Environment, plan: dict, roots: dict) -> tirx.S
     exprs = [off for _, off in ptrs]
     host: list = []
     budget = kernel_uop_budget(env)
+    guarded = set(free_vars([guard])) if guard is not None else set()
     while True:
         dims, bases = _element_dims(what, loops, exprs, lanes, ana)
-        dims = [d for d in dims if d[1] > 1]
-        sizes = sorted((d[1] for d in dims), reverse=True)
-        if math.prod(sizes[2:]) <= budget or not loops:
+        dims = [d for d in dims if d[1] > 1 or d[0] in guarded]
+        sizes = sorted((d[1] for d in dims if d[0] not in guarded), reverse=True)
+        forced = math.prod(d[1] for d in dims if d[0] in guarded)
+        if forced * math.prod(sizes[2:]) <= budget or not loops:
             break
         host.append(loops[0])   # too big: leave the outermost loop to the host (its var becomes the signature)
         loops = loops[1:]
@@ -171,7 +192,7 @@ def lower_gemm_kernel(attr, env: Environment, plan: dict, roots: dict) -> tirx.S
     while len(base) < 3:
         base.append(tirx.const(0, "int32"))
     dims = [(v, e, tuple(list(c) + [tirx.const(0, "int32")] * (3 - len(c)))) for v, e, c in dims]
-    return emit_kernel(env, what, "PushGEMMOp", dims, tuple(base), (0, reset, 0, 0, 0), host)
+    return emit_kernel(env, what, "PushGEMMOp", dims, tuple(base), (0, reset, 0, 0, 0), host, guard)
 
 
 def fold_uop_loop(func, env: Environment):

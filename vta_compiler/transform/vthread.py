@@ -6,7 +6,9 @@ iterations interleaved, statement by statement:
 
 * The virtual-thread loop is pushed inside every loop whose bounds do not depend on it, and VTA
   leaves (DMA nests, ALU nests, uop kernels) are replicated once per thread, so that the loads
-  of one thread can overlap the computation of another.
+  of one thread can overlap the computation of another. Consecutive leaves of one stage are
+  replicated together (thread 0's input and weight loads, then thread 1's), so that a module
+  that runs in order never makes one thread wait for another thread's work.
 * Each on-chip buffer allocated inside the loop is *private* (one copy per thread) unless every
   leaf writing it is thread-invariant and reads only shared buffers: then its contents would be
   the same for every thread, so it is *shared* and written once (for example the input tile when
@@ -114,7 +116,25 @@ def inject_one(v, extent, body, env: Environment) -> tirx.Stmt:
         if not depends(s):
             return s
         if isinstance(s, SeqStmt):
-            return seq([inj(c) for c in s.seq])
+            # consecutive thread-dependent leaves of one stage are replicated as a group, so that each
+            # thread's loads stay together: thread 0's GEMMs need not wait behind thread 1's loads
+            out, run = [], []
+
+            def flush():
+                if run:
+                    out.append(replicate(seq(run)))
+                    run.clear()
+            for c in s.seq:
+                info = leaf_of(c, env)
+                if info is not None and depends(c):
+                    if run and leaf_of(run[-1], env).stage != info.stage:
+                        flush()
+                    run.append(c)
+                else:
+                    flush()
+                    out.append(inj(c))
+            flush()
+            return seq(out)
         if isinstance(s, For) and not (_vars_in(s.min) | _vars_in(s.extent)) & touched and \
                 leaf_of(s, env) is None:
             return For(s.loop_var, s.min, s.extent, s.kind, inj(s.body), s.thread_binding, s.annotations)

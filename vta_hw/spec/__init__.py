@@ -18,6 +18,7 @@ from .config import (
                      ConfigError,
                      load_config,
 )
+from .counters import DEVICE_COUNTERS, PERF_COUNTERS
 from .disasm import describe, disassemble
 from .isa import (
                      SUPPORTED_ALU_OPS,
@@ -40,7 +41,8 @@ from .isa import (
 
 __all__ = [
     "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "HW_VER", "INSN_BYTES", "KEYS", "MAX_XFER", "PAGE_BITS", "PAGE_BYTES",
-    "TARGETS", "UOP_ELEM_BYTES", "Config", "ConfigError", "load_config", "describe", "disassemble",
+    "TARGETS", "UOP_ELEM_BYTES", "Config", "ConfigError", "load_config", "DEVICE_COUNTERS", "PERF_COUNTERS",
+    "describe", "disassemble",
     "SUPPORTED_ALU_OPS", "TOKEN_QUEUES", "AluOp", "Field", "Format", "Isa", "IsaEncodeError", "IsaLayoutError",
     "MemType", "Opcode", "Stage", "illegal_dep_flags", "queue_between", "stage_of", "token_pops", "token_pushes",
 ]

@@ -54,6 +54,7 @@ _PYNQ = {
     "fpga_freq": 100,
     "fpga_per": 7,
     "fpga_log_axi_bus_width": 6,
+    "fpga_axi_max_burst": 16,   # the Zynq-7000's S_AXI_ACP is AXI3: bursts of at most 16 beats
     "axi_prot_bits": "000",
     "axi_cache_bits": "1111",
     "ip_reg_map_range": 0x1000,
@@ -69,6 +70,7 @@ _ULTRA96 = {
     "fpga_freq": 333,
     "fpga_per": 2,
     "fpga_log_axi_bus_width": 7,
+    "fpga_axi_max_burst": 256,  # S_AXI_HPC0_FPD is AXI4
     "axi_prot_bits": "010",
     "fetch_base_addr": 0xA0000000,
     "load_base_addr": 0xA0001000,
@@ -168,6 +170,7 @@ class Config:
         self.LOG_BUS_WIDTH = self.fpga_log_axi_bus_width
         self.AXI_DATA_BITS = 1 << self.LOG_BUS_WIDTH
         self.AXI_DATA_BYTES = self.AXI_DATA_BITS // 8
+        self.AXI_MAX_BURST_BEATS = self.fpga_axi_max_burst
 
         self.BITSTREAM = (f"{self.BATCH}x{self.BLOCK_IN}_i{self.INP_WIDTH}w{self.WGT_WIDTH}a{self.ACC_WIDTH}"
                           f"_{self.LOG_UOP_BUFF_SIZE}_{self.LOG_INP_BUFF_SIZE}_{self.LOG_WGT_BUFF_SIZE}"
@@ -216,12 +219,13 @@ class Config:
         """A short, stable hash of the configuration, used to key build caches.
 
         ``hardware_only`` ignores the fields that do not change the generated hardware
-        (TARGET only matters through the AXI data width).
+        (TARGET only matters through the AXI data width and burst length).
         """
         d = self.cfg_dict
         if hardware_only:
             d.pop("TARGET")
             d["AXI_DATA_BITS"] = self.AXI_DATA_BITS
+            d["AXI_MAX_BURST_BEATS"] = self.AXI_MAX_BURST_BEATS
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -46,6 +46,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from .counters import DEVICE_COUNTERS, PERF_COUNTERS
+
 ID_VALUE = 0x56544102
 #: Reads of ERROR_INSN when the error names no instruction.
 NO_INSN = 0xFFFFFFFF
@@ -146,18 +148,9 @@ _REGS = [
     Register("INSN_DISPATCHED", 0x028, "R", "instructions dispatched by fetch"),
 ]
 
-#: fsim's counters first (same names), then the performance counters. Offsets from 0x040.
-COUNTERS = (
-    "inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes",
-    "gemm_counter", "alu_counter",
-    "fetch_busy_cycles", "fetch_stall_cycles",
-    "load_busy_cycles", "load_stall_cycles",
-    "compute_busy_cycles", "compute_stall_cycles",
-    "store_busy_cycles", "store_stall_cycles",
-    "gemm_busy_cycles", "alu_busy_cycles",
-    "axi_read_beats", "axi_write_beats", "axi_read_stall_cycles",
-)
-FSIM_COUNTERS = COUNTERS[:7]
+#: The counters every device has first (fsim's names), then the performance counters. Offsets from 0x040.
+COUNTERS = DEVICE_COUNTERS + PERF_COUNTERS
+FSIM_COUNTERS = DEVICE_COUNTERS
 COUNTER_BASE = 0x040
 
 #: Live state registers, from 0x0C0.

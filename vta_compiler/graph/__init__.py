@@ -1,0 +1,22 @@
+"""Whole quantized networks on VTA (Relax, TVM 0.27): import, quantize, graph_pack, build, run.
+
+```python
+mod, params = graph.from_onnx(onnx.load("model.onnx"))        # or relax.frontend.nn's export_tvm
+qmod = graph.quantize(mod, params, calibration=[x0, x1])       # or global_scale=8.0
+pmod = graph.graph_pack(qmod)                                  # VTA layers in packed layouts
+print(graph.placement(pmod))                                   # each op: VTA or CPU, and why
+ex = graph.build(pmod)
+vm = relax.VirtualMachine(ex, [tvm.cpu(), tvm.ext_dev(0)])
+```
+"""
+
+from __future__ import annotations
+
+from .build import GRAPH_PIPELINE, Placement, build, placement
+from .frontend import from_onnx
+from .ir import GraphError
+from .pack import PATTERNS, graph_pack
+from .quantize import QuantizationError, layer_outputs, probe, quantize
+
+__all__ = ["GRAPH_PIPELINE", "PATTERNS", "GraphError", "Placement", "QuantizationError", "build", "from_onnx",
+           "graph_pack", "layer_outputs", "placement", "probe", "quantize"]

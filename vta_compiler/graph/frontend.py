@@ -1,0 +1,111 @@
+"""Importing networks: ONNX and ``relax.frontend.nn``, parameters bound, batch norm folded.
+
+``from_onnx(model)`` returns ``(mod, params)`` like TVM's importer with ``keep_params_in_input``:
+the weights are parameters of ``main`` and ``params`` maps their names to numpy arrays. A module
+exported from ``relax.frontend.nn`` (``model.export_tvm(spec)``) comes with a list of
+``(name, Parameter)``; ``bind_params`` accepts both. ``normalize`` binds the weights as constants; ``canon`` then folds
+constant arithmetic and batch norm into the convolutions' weights and biases.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .ir import GraphError
+
+
+def from_onnx(model, shape_dict: dict[str, list[int]] | None = None, opset: int | None = None):
+    """Import an ONNX model: ``(mod, params)`` with the weights as ``main``'s trailing parameters.
+
+    ``shape_dict`` fixes input shapes (VTA compiles static shapes, so a symbolic batch must be set here).
+    """
+    try:
+        from tvm.relax.frontend.onnx import from_onnx as _from_onnx
+    except ImportError as exc:   # pragma: no cover - onnx is a dependency
+        raise ImportError("graph.from_onnx needs the onnx package: pip install onnx") from exc
+    mod = _from_onnx(model, shape_dict=shape_dict, opset=opset, keep_params_in_input=True)
+    func = mod["main"]
+    names = [p.name for p in func.params[_num_inputs(func):]]
+    values = func.attrs["params"] if func.attrs is not None and "params" in func.attrs else []
+    params = {n: v.numpy() for n, v in zip(names, values)}
+    mod["main"] = func.without_attr("params")
+    return mod, params
+
+
+def _num_inputs(func: relax.Function) -> int:
+    if func.attrs is not None and "num_input" in func.attrs:
+        return int(func.attrs["num_input"])
+    return len(func.params)
+
+
+def entry_function(mod: tvm.IRModule) -> str:
+    """The name of the network's function: ``main``, else the module's only Relax function."""
+    funcs = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, relax.Function)]
+    if "main" in funcs:
+        return "main"
+    if len(funcs) == 1:
+        return funcs[0]
+    raise GraphError(f"the module has no 'main' and several Relax functions ({', '.join(sorted(funcs))}); "
+                     "keep only the network's")
+
+
+def _array(v: Any) -> np.ndarray:
+    data = getattr(v, "data", v)          # an nn.Parameter holds its value in .data
+    if data is None:
+        raise GraphError(f"parameter {getattr(v, 'name', v)!r} has no value; set it (param.data = ...) "
+                         "or pass a dict of arrays")
+    if isinstance(data, tvm.runtime.Tensor):
+        return data.numpy()
+    return np.asarray(data)
+
+
+def bind_params(mod: tvm.IRModule, params: Any) -> relax.Function:
+    """``main`` with its weight parameters replaced by constants; only the network inputs remain.
+
+    ``params``: a dict (keys: the function's parameter names, or the names a ``relax.frontend.nn``
+    export gives, such as ``conv1.weight``) or the ``[(name, Parameter or array), ...]`` list of
+    ``export_tvm``, in the function's parameter order.
+    """
+    name = entry_function(mod)
+    func = mod[name]
+    n_in = _num_inputs(func)
+    weights = func.params[n_in:]
+    if params is None:
+        params = {}
+    if isinstance(params, dict):
+        by_name = dict(params)
+        ordered = []
+        for p in weights:
+            key = p.name if p.name in by_name else p.name.replace("_", ".")
+            if key not in by_name:
+                alt = [k for k in by_name if k.replace(".", "_") == p.name]
+                if not alt:
+                    raise GraphError(f"no value for the weight parameter {p.name!r} of {name}")
+                key = alt[0]
+            ordered.append(by_name[key])
+    else:
+        ordered = [v for _, v in params]
+        if len(ordered) != len(weights):
+            raise GraphError(f"{name} has {len(weights)} weight parameters but {len(ordered)} values were given")
+    binding = {}
+    for p, v in zip(weights, ordered):
+        arr = _array(v)
+        want = tuple(int(s) for s in p.ty.shape)
+        if arr.shape != want:
+            raise GraphError(f"weight {p.name!r}: value of shape {arr.shape}, the function expects {want}")
+        binding[p] = np.ascontiguousarray(arr.astype(str(p.ty.dtype)))
+    # BindParams finds the function by its global symbol (an nn export's is "forward")
+    m = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    if binding:
+        m = relax.transform.BindParams("main", binding)(m)
+    return m["main"]
+
+
+def normalize(mod: tvm.IRModule, params: Any = None) -> relax.Function:
+    """Bind the weights: a function of the network inputs only (constants are folded later, in numpy:
+    Relax's FoldConstant compiles every folded operator and takes minutes on a ResNet)."""
+    return bind_params(mod, params)

@@ -1,0 +1,427 @@
+"""Post-training quantization to VTA's integer form.
+
+Every activation is int8 with a power-of-two scale (``real = q * 2**-e``; ``e`` is the tensor's
+*exponent*), weights are int8 with a power-of-two scale per output channel (or one per layer), and
+a convolution or dense layer is requantized exactly as VTA's ALU does it::
+
+    acc = conv2d(x_q, w_q) (int32);  y_q = int8(clip((acc + bias_q) >> shift, lo, hi))
+
+with ``shift = e_in + e_w - e_out`` and ``bias_q = round(bias * 2**(e_in + e_w)) + 2**(shift-1)``
+(the added half makes the shift round to nearest, for free). A per-channel ``shift`` is a tensor
+(on VTA: ALU SHR with a register operand). ``lo, hi`` are (-128, 127), or (0, 127) with a fused
+ReLU. Exponents come from calibration data (the largest magnitude a tensor reaches maps to at most
+127) or from one ``global_scale`` for every activation, as ``relay.quantize`` had.
+
+The host operators between layers stay integer (max pooling, residual add with rescaling shifts,
+global average pooling as a sum and a fixed-point multiply, concat, reshape), so the quantized
+graph is exact integer arithmetic from the input's quantization to the output's dequantization:
+any layout or device the graph is later split over computes the same bits. An operator the
+quantizer does not know runs in float on dequantized inputs and its output is quantized again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .canon import canonicalize
+from .evaluate import evaluate
+from .frontend import normalize
+from .ir import Const, Graph, GraphError, Node, const
+
+#: exponents are kept in this range (a tensor that is all zeros gets the top one)
+EXP_MIN, EXP_MAX = -24, 24
+#: fixed-point bits of the global-average-pool multiplier
+GAP_BITS = 23
+#: int ops that pass int8 values through with the input's exponent
+PASSTHROUGH = ("relax.nn.max_pool2d", "relax.reshape", "relax.flatten", "relax.squeeze", "relax.expand_dims",
+               "relax.permute_dims")
+INT8 = (-128, 127)
+
+
+class QuantizationError(ValueError):
+    """A network or calibration set the quantizer refuses (the message names the layer or input)."""
+
+
+def exponent_for(amax: float) -> int:
+    """The largest exponent e with ``amax * 2**e <= 127``."""
+    if not amax > 0 or not math.isfinite(amax):
+        return EXP_MAX
+    return int(min(EXP_MAX, max(EXP_MIN, math.floor(math.log2(127.0 / amax)))))
+
+
+def _fuse_add_relu(g: Graph) -> None:
+    users = g.users()
+    for n in list(g.nodes):
+        if n.op == "relax.add" and len(n.inputs) == 2 and n.attrs.get("act") is None:
+            us = users[id(n)]
+            if len(us) == 1 and us[0] is not None and us[0].op == "relax.nn.relu":
+                relu = us[0]
+                n.attrs["act"] = ("clip", 0.0, None)
+                g.replace_uses(relu, n)
+                g.nodes.remove(relu)
+                users = g.users()
+
+
+def prepare(mod: tvm.IRModule, params: Any = None) -> Graph:
+    """The float network as a graph of canonical layers (weights bound, batch norm folded)."""
+    g = Graph.from_relax(normalize(mod, params))
+    canonicalize(g)
+    _fuse_add_relu(g)
+    return g
+
+
+def _batches(g: Graph, calibration: Iterable) -> list[list[np.ndarray]]:
+    out = []
+    for k, item in enumerate(calibration):
+        feeds = list(item) if isinstance(item, (tuple, list)) else [item]
+        if len(feeds) != len(g.inputs):
+            raise QuantizationError(f"calibration item {k} has {len(feeds)} arrays; the network has "
+                                    f"{len(g.inputs)} inputs ({', '.join(n.name for n in g.inputs)})")
+        arrs = []
+        for n, x in zip(g.inputs, feeds):
+            x = x.numpy() if isinstance(x, tvm.runtime.Tensor) else np.asarray(x)
+            if tuple(x.shape) != tuple(n.shape):
+                raise QuantizationError(f"calibration item {k}: input {n.name!r} has shape {tuple(x.shape)}, the "
+                                        f"network expects {tuple(n.shape)}")
+            if not np.issubdtype(x.dtype, np.number):
+                raise QuantizationError(f"calibration item {k}: input {n.name!r} has dtype {x.dtype}")
+            arrs.append(x.astype(n.dtype))
+        out.append(arrs)
+    if not out:
+        raise QuantizationError("the calibration set is empty: give at least one input batch, or global_scale=")
+    return out
+
+
+def calibrate(g: Graph, calibration: Iterable, percentile: float | None = None) -> dict[int, float]:
+    """The largest magnitude (or the given percentile of magnitudes) each node reaches over the batches."""
+    amax: dict[int, float] = {}
+    for feeds in _batches(g, calibration):
+        vals = evaluate(g, feeds)
+        for n in g.nodes:
+            v = np.abs(vals[id(n)].astype(np.float64, copy=False))
+            m = float(np.percentile(v, percentile)) if percentile is not None and v.size else float(v.max(initial=0))
+            amax[id(n)] = max(amax.get(id(n), 0.0), m)
+    return amax
+
+
+def _layer_index(g: Graph) -> list[Node]:
+    return [n for n in g.nodes if n.op in ("conv2d", "dense")]
+
+
+def _skipped(g: Graph, skip_layers: Sequence) -> set[int]:
+    layers = _layer_index(g)
+    names = {n.name: n for n in layers}
+    out = set()
+    for s in skip_layers:
+        if isinstance(s, (int, np.integer)):
+            if not -len(layers) <= s < len(layers):
+                raise QuantizationError(f"skip_layers: index {s} is out of range; the network has {len(layers)} "
+                                        "conv2d/dense layers")
+            out.add(id(layers[s]))
+        elif s in names:
+            out.add(id(names[s]))
+        else:
+            raise QuantizationError(f"skip_layers: no layer named {s!r}; the layers are "
+                                    f"{', '.join(names) or 'none'}")
+    return out
+
+
+class _Emitter:
+    """Writes the integer network with a BlockBuilder, node by node."""
+
+    def __init__(self, g: Graph, exps: dict[int, int], skip: set[int], per_channel: bool | str):
+        self.g, self.exps, self.skip, self.per_channel = g, exps, skip, per_channel
+        self.bb = relax.BlockBuilder()
+        self.q: dict[int, tuple[Any, int]] = {}      # id(node) -> (int8 var, exponent)
+        self.f: dict[int, Any] = {}                  # id(node) -> float var
+        self.layers: list[dict] = []
+
+    # -------------------------------------------------------------- values
+    def emit(self, expr, name: str):
+        return self.bb.emit(expr, name_hint=name)
+
+    def qval(self, n: Node) -> tuple[Any, int]:
+        if id(n) not in self.q:
+            x = self.f[id(n)]
+            e = self.exps[id(n)]
+            y = self.emit(relax.op.round(relax.op.multiply(x, const(2.0 ** e, "float32"))), f"{n.name}_scaled")
+            y = self.emit(relax.op.clip(y, -128, 127), f"{n.name}_clipped")
+            self.q[id(n)] = (self.emit(relax.op.astype(y, "int8"), f"{n.name}_q"), e)
+        return self.q[id(n)]
+
+    def fval(self, n: Node):
+        if id(n) not in self.f:
+            x, e = self.q[id(n)]
+            self.f[id(n)] = self.emit(relax.op.multiply(relax.op.astype(x, "float32"), const(2.0 ** -e, "float32")),
+                                      f"{n.name}_dq")
+        return self.f[id(n)]
+
+    def is_int(self, n: Node) -> bool:
+        return id(n) in self.q
+
+    # -------------------------------------------------------------- requantization helpers
+    def requant(self, acc, shift, bias, lo: int, hi: int, name: str):
+        """``int8(clip((acc + bias) >> shift, lo, hi))``; bias/shift None, an int or an array."""
+        if bias is not None:
+            acc = self.emit(relax.op.add(acc, bias), f"{name}_bias")
+        if shift is not None:
+            acc = self.emit(relax.op.right_shift(acc, shift), f"{name}_shift")
+        acc = self.emit(relax.op.clip(acc, lo, hi), f"{name}_clip")
+        return self.emit(relax.op.astype(acc, "int8"), name)
+
+    def clip_bounds(self, act, e: int) -> tuple[int, int]:
+        if act is None:
+            return INT8
+        _, lo, hi = act
+        qlo = max(INT8[0], math.ceil(lo * 2.0 ** e))
+        qhi = INT8[1] if hi is None else min(INT8[1], math.floor(hi * 2.0 ** e))
+        return qlo, qhi
+
+    def rescale(self, x, d: int, name: str):
+        """int32 ``x * 2**d`` (d >= 0) or rounded ``x * 2**d`` (d < 0)."""
+        if d > 0:
+            return self.emit(relax.op.left_shift(x, const(d, "int32")), name)
+        if d < 0:
+            x = self.emit(relax.op.add(x, const(1 << (-d - 1), "int32")), f"{name}_round")
+            return self.emit(relax.op.right_shift(x, const(-d, "int32")), name)
+        return x
+
+    # -------------------------------------------------------------- layers
+    def layer(self, n: Node) -> None:
+        at = n.attrs
+        x = n.inputs[0]
+        xq, e_in = self.qval(x)
+        w = at["weight"]
+        nout = w.shape[0]
+        amax_c = np.abs(w.reshape(nout, -1)).max(axis=1)
+        ew = np.array([exponent_for(a) for a in amax_c], np.int64)
+        if not self.per_channel:
+            ew[:] = ew.min()
+        e_out = self.exps[id(n)]
+        e_out = min(e_out, int((e_in + ew).min()))          # shift >= 0 everywhere
+        ew = np.minimum(ew, 31 + e_out - e_in)              # shift <= 31
+        shift = (e_in + ew - e_out).astype(np.int64)
+        self.exps[id(n)] = e_out
+        wq = np.clip(np.round(w * (2.0 ** ew).reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
+        fan_in = int(np.prod(w.shape[1:]))
+        bias = np.round(at["bias"] * 2.0 ** (e_in + ew)) + np.where(shift > 0, 2.0 ** (shift - 1), 0)
+        limit = 2 ** 31 - 1 - 128 * 127 * fan_in
+        worst = int(np.abs(bias).argmax())
+        if abs(bias[worst]) > limit:
+            raise QuantizationError(
+                f"layer {n.name}: the bias of output channel {worst} ({at['bias'][worst]:.6g}) scaled by "
+                f"2**{e_in + ew[worst]} is {bias[worst]:.6g}, which overflows the int32 accumulator (limit "
+                f"+-{limit} with a fan-in of {fan_in}); keep this layer in float (skip_layers=[{n.name!r}]) or "
+                "use a coarser input scale")
+        lo, hi = self.clip_bounds(at["act"], e_out)
+        uniform = bool((shift == shift[0]).all())
+        if n.op == "conv2d":
+            acc = self.emit(relax.op.nn.conv2d(xq, const(wq), strides=at["strides"], padding=at["padding"],
+                                               dilation=at["dilation"], groups=at["groups"], out_dtype="int32"),
+                            f"{n.name}_acc")
+            shape = (1, nout, 1, 1)
+        else:
+            acc = self.emit(relax.op.matmul(xq, const(np.ascontiguousarray(wq.T)), out_dtype="int32"),
+                            f"{n.name}_acc")
+            shape = (1, nout)
+        b = const(bias.astype(np.int32).reshape(shape)) if bias.any() else None
+        if uniform:
+            s = const(int(shift[0]), "int32") if shift[0] else None
+        else:
+            s = const(shift.astype(np.int32).reshape(shape))
+        self.q[id(n)] = (self.requant(acc, s, b, lo, hi, n.name), e_out)
+        self.layers.append({"name": n.name, "op": n.op, "e_in": e_in, "e_out": e_out,
+                            "per_channel_shift": not uniform})
+
+    def float_layer(self, n: Node) -> None:
+        at = n.attrs
+        x = self.fval(n.inputs[0])
+        w = const(at["weight"].astype(np.float32))
+        if n.op == "conv2d":
+            y = self.emit(relax.op.nn.conv2d(x, w, strides=at["strides"], padding=at["padding"],
+                                             dilation=at["dilation"], groups=at["groups"]), f"{n.name}_float")
+            b = const(at["bias"].astype(np.float32).reshape(1, -1, 1, 1))
+        else:
+            y = self.emit(relax.op.matmul(x, relax.op.permute_dims(w)), f"{n.name}_float")
+            b = const(at["bias"].astype(np.float32))
+        y = self.emit(relax.op.add(y, b), f"{n.name}_biased")
+        self.f[id(n)] = self.act_float(y, at["act"], n.name)
+
+    def act_float(self, y, act, name: str):
+        if act is None:
+            return y
+        _, lo, hi = act
+        if hi is None:
+            return self.emit(relax.op.maximum(y, const(lo, "float32")), name)
+        return self.emit(relax.op.clip(y, lo, hi), name)
+
+    # -------------------------------------------------------------- host operators
+    def residual_add(self, n: Node) -> None:
+        (xa, ea), (xb, eb) = (self.qval(a) for a in n.inputs)
+        e = max(ea, eb)
+        a32 = self.rescale(self.emit(relax.op.astype(xa, "int32"), f"{n.name}_a"), e - ea, f"{n.name}_a_aligned")
+        b32 = self.rescale(self.emit(relax.op.astype(xb, "int32"), f"{n.name}_b"), e - eb, f"{n.name}_b_aligned")
+        s = self.emit(relax.op.add(a32, b32), f"{n.name}_sum")
+        e_out = self.exps[id(n)]
+        s = self.rescale(s, e_out - e, f"{n.name}_rescaled")
+        lo, hi = self.clip_bounds(n.attrs.get("act"), e_out)
+        s = self.emit(relax.op.clip(s, lo, hi), f"{n.name}_clip")
+        self.q[id(n)] = (self.emit(relax.op.astype(s, "int8"), n.name), e_out)
+
+    def global_pool(self, n: Node) -> None:
+        a = n.call.attrs
+        x = n.inputs[0]
+        xq, ex = self.qval(x)
+        axes = [int(v) % len(x.shape) for v in a.axis]
+        count = int(np.prod([x.shape[i] for i in axes]))
+        e_out = self.exps[id(n)]
+        d = e_out - ex
+        k = max(0, min(30, GAP_BITS - d))
+        mult = round(2.0 ** (k + d) / count)
+        if mult == 0:
+            e_out = ex - int(math.floor(math.log2(count)))
+            d = e_out - ex
+            k = max(0, min(30, GAP_BITS - d))
+            mult = round(2.0 ** (k + d) / count)
+        self.exps[id(n)] = e_out
+        s = self.emit(relax.op.sum(relax.op.astype(xq, "int32"), axis=axes, keepdims=bool(a.keepdims)),
+                      f"{n.name}_sum")
+        s = self.emit(relax.op.multiply(s, const(mult, "int32")), f"{n.name}_scaled")
+        self.q[id(n)] = (self.requant(s, const(k, "int32") if k else None,
+                                      const(1 << (k - 1), "int32") if k else None, *INT8, n.name), e_out)
+
+    def concat(self, n: Node) -> None:
+        ins = [self.qval(a) for a in n.inputs]
+        e = min(ei for _, ei in ins)
+        parts = []
+        for k, (xq, ei) in enumerate(ins):
+            if ei != e:
+                v = self.emit(relax.op.astype(xq, "int32"), f"{n.name}_in{k}")
+                v = self.rescale(v, e - ei, f"{n.name}_in{k}_rescaled")
+                xq = self.emit(relax.op.astype(v, "int8"), f"{n.name}_in{k}_q")
+            parts.append(xq)
+        self.q[id(n)] = (Graph.emit_call(self.bb, n, parts), e)
+
+    def host(self, n: Node) -> None:
+        ins = n.inputs
+        ints = ins and all(self.is_int(a) or a.op == "input" for a in ins) and \
+            all(isinstance(a, Node) for a in n.tensor_args)
+        if n.op in ("conv2d", "dense"):
+            if id(n) in self.skip:
+                self.float_layer(n)
+            else:
+                self.layer(n)
+        elif ints and n.op == "relax.add" and len(ins) == 2:
+            self.residual_add(n)
+        elif ints and n.op == "relax.mean" and n.call.attrs.axis is not None and \
+                {int(v) % len(ins[0].shape) for v in n.call.attrs.axis} <= {2, 3} and len(ins[0].shape) == 4:
+            self.global_pool(n)
+        elif ints and n.op == "relax.concat":
+            self.concat(n)
+        elif ints and (n.op in PASSTHROUGH or (n.op == "relax.image.resize2d"
+                                                and str(n.call.attrs.method) == "nearest_neighbor")):
+            xq, e = self.qval(ins[0])
+            self.q[id(n)] = (Graph.emit_call(self.bb, n, [xq]), e)
+        elif ints and n.op in ("relax.nn.relu", "relax.clip"):
+            xq, e = self.qval(ins[0])
+            act = ("clip", 0.0, None) if n.op == "relax.nn.relu" else \
+                ("clip", float(n.args[1].value), float(n.args[2].value))
+            lo, hi = self.clip_bounds(act, e)
+            self.q[id(n)] = (self.emit(relax.op.clip(xq, lo, hi), n.name), e)
+        else:       # anything else: in float on dequantized inputs
+            args = [self.fval(a) if isinstance(a, Node) else const(a.value) for a in n.tensor_args]
+            y = Graph.emit_call(self.bb, n, args, f"{n.name}_float" if n.attrs.get("act") else None)
+            self.f[id(n)] = self.act_float(y, n.attrs.get("act"), n.name)
+
+    def run(self) -> relax.Function:
+        g = self.g
+        params = [relax.Var(n.name, relax.TensorType(n.shape, n.dtype)) for n in g.inputs]
+        with self.bb.function("main", params, attrs={"num_input": len(params)}):
+            with self.bb.dataflow():
+                for n, p in zip(g.inputs, params):
+                    if n.dtype.startswith("float"):
+                        self.f[id(n)] = p
+                    else:
+                        raise QuantizationError(f"input {n.name!r} has dtype {n.dtype}; the quantizer expects float "
+                                                "inputs")
+                for n in g.nodes:
+                    if n.op != "input":
+                        self.host(n)
+                outs = []
+                for o in g.outputs:
+                    v = self.fval(o) if o.dtype.startswith("float") else self.qval(o)[0]
+                    outs.append(v)
+                out = self.bb.emit_output(relax.Tuple(outs) if getattr(g, "tuple_output", False) else outs[0])
+            self.bb.emit_func_output(out)
+        return self.bb.get()["main"]
+
+
+def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None = None, *,
+             global_scale: float | None = None, skip_layers: Sequence = (), per_channel: bool = True,
+             percentile: float | None = None) -> tvm.IRModule:
+    """Quantize a float network to VTA's integer form; returns a Relax module that runs on the CPU as is.
+
+    ``mod, params``: from ``from_onnx`` or ``relax.frontend.nn`` (``export_tvm``). ``calibration``: input
+    batches (arrays, or tuples of arrays for several inputs) that set every activation's scale; or
+    ``global_scale=8.0``: every activation in [-8, 8]. ``skip_layers``: conv2d/dense layers (index in
+    graph order, or name ``conv2d_<k>``/``dense_<k>``) kept in float on the CPU. ``per_channel``: one weight
+    scale per output channel. ``percentile``: clip calibration outliers (e.g. 99.99) instead of the maximum.
+    The module's ``main`` takes the float inputs and returns float outputs.
+    """
+    if (calibration is None) == (global_scale is None):
+        raise QuantizationError("give either calibration=[batches] or global_scale=..., not both and not neither")
+    g = prepare(mod, params)
+    if global_scale is not None:
+        if not global_scale > 0:
+            raise QuantizationError(f"global_scale must be positive, got {global_scale}")
+        amax = {id(n): float(global_scale) for n in g.nodes}
+    else:
+        amax = calibrate(g, calibration, percentile)
+    exps = {k: exponent_for(v) for k, v in amax.items()}
+    em = _Emitter(g, exps, _skipped(g, skip_layers), per_channel)
+    func = em.run()
+    func = func.with_attr("vta.quantized_layers", [ly["name"] for ly in em.layers])
+    out = tvm.IRModule({"main": func})
+    return relax.transform.CanonicalizeBindings()(out)
+
+
+def layer_outputs(qmod: tvm.IRModule) -> list[str]:
+    """Names of the int8 outputs of the quantized conv2d/dense layers (for probing the network)."""
+    f = qmod["main"]
+    return [str(s) for s in f.attrs["vta.quantized_layers"]] if f.attrs is not None and \
+        "vta.quantized_layers" in f.attrs else []
+
+
+def probe(mod: tvm.IRModule, names: Sequence[str]) -> tvm.IRModule:
+    """``mod`` whose ``main`` also returns the values bound to ``names`` (after its own outputs), on the CPU."""
+    g = Graph.from_relax(mod["main"])
+    by_name = {n.name: n for n in g.nodes}
+    missing = [s for s in names if s not in by_name]
+    if missing:
+        raise GraphError(f"probe: no value named {', '.join(missing)}")
+    keep = list(g.outputs) + [by_name[s] for s in names]
+    g.outputs = keep
+    g.prune()
+    bb = relax.BlockBuilder()
+    params = [relax.Var(n.name, relax.TensorType(n.shape, n.dtype)) for n in g.inputs]
+    vals = dict(zip((id(n) for n in g.inputs), params))
+    with bb.function("main", params):
+        with bb.dataflow():
+            for n in g.nodes:
+                if n.op == "input":
+                    continue
+                args = [vals[id(a)] if isinstance(a, Node) else const(a.value) for a in n.tensor_args]
+                vals[id(n)] = Graph.emit_call(bb, n, args)
+            out = bb.emit_output(relax.Tuple([vals[id(n)] for n in keep]))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+__all__ = ["Const", "QuantizationError", "calibrate", "exponent_for", "layer_outputs", "prepare", "probe",
+           "quantize"]
