@@ -8,6 +8,8 @@ Writes ``build/<board>/<bitstream-name>/``:
 * ``plan.json``: board, part, clock, configuration, register window and memory port;
 * ``utilization.txt`` / ``.json``: a yosys ``synth_xilinx`` estimate (PS as a black box) against
   the device's capacity. A design that does not fit stops the flow with the numbers.
+* ``timing.txt``: the timing estimate of the same netlist (``vta_hw.timing``) against the board's
+  clock; a path over the target is reported, not fatal (it is an estimate: Vivado decides).
 
 Then, if Vivado is on PATH (or ``$VIVADO`` names it) it runs the plan and copies the bitstream
 next to the plan; otherwise it prints exactly what to run where Vivado is installed. No open
@@ -25,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from vta_hw import timing
 from vta_hw.spec import Config, ConfigError, load_config
 from vta_hw.synth import DEVICES, run_yosys, summarise
 from vta_hw.verilog import strip_zero_init
@@ -108,11 +111,17 @@ def utilization(board: Board, out: Path, progress=_say) -> dict:
     """yosys estimate of the whole top (PS black box) against the device; raises FlowError if it does not fit."""
     family = FAMILY_OF[board.family]
     dev = DEVICES[family]
-    cells = run_yosys(out / "vivado" / f"{TOP_NAME}.v", family, out / "yosys", progress, top=TOP_NAME)
+    cells = run_yosys(out / "vivado" / f"{TOP_NAME}.v", family, out / "yosys", progress, top=TOP_NAME, netlist=True)
     s, report, over = fit_report(board, cells)
+    clock_mhz = json.loads((out / "plan.json").read_text())["clock_mhz"]
+    rep = timing.analyse(out / "yosys" / f"netlist_{family}.json", family, top=TOP_NAME)
+    timing_text = timing.format_report(rep, 1000 / clock_mhz, n=8)
     (out / "utilization.txt").write_text(report)
-    (out / "utilization.json").write_text(json.dumps({"cells": cells, "summary": s}, indent=2) + "\n")
+    (out / "timing.txt").write_text(timing_text + "\n")
+    (out / "utilization.json").write_text(json.dumps({"cells": cells, "summary": s, "clock_mhz": clock_mhz,
+                                                      "timing": rep.to_json()}, indent=2) + "\n")
     progress(report.rstrip())
+    progress(timing_text)
     if over:
         raise FlowError(f"the design does not fit {dev.name}: {'; '.join(over)} (see {out / 'utilization.txt'})")
     return s

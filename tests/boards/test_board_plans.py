@@ -9,6 +9,7 @@ import pytest
 
 from boards import flow
 from boards.platforms import BOARDS, board_for
+from vta_hw import timing
 from vta_hw.spec import ConfigError, load_config
 
 SMALL = {"TARGET": "sim", "HW_VER": "0.0.2", "LOG_INP_WIDTH": 3, "LOG_WGT_WIDTH": 3, "LOG_ACC_WIDTH": 5,
@@ -89,8 +90,14 @@ def test_top_synthesizes_with_ps_black_box(tmp_path, name):
     cells = json.loads((d / "utilization.json").read_text())["cells"]
     ps, buf = ("PS7", "BUFG") if board.family == "zynq7" else ("PS8", "BUFG_PS")
     assert cells.get(ps) == 1 and cells.get(buf) == 1, cells
-    assert summary["dsps"] == 2 * 8 * 8 // 2 + 1   # two int8 products per DSP (BATCH 2, BLOCK 8), plus one
+    assert summary["dsps"] == 2 * 8 * 8 // 2 + 1   # two int8 products per DSP (BATCH 2, BLOCK 8), plus fetch's
     assert "processing system as a black box" in (d / "utilization.txt").read_text()
+    # the timing target (vta_hw.timing): every path's logic within the board clock's budget, and
+    # no block RAM read or DSP multiply used before a register
+    t = json.loads((d / "utilization.json").read_text())["timing"]
+    budget = timing.budget_ns(1000 / cfg.fpga_freq)
+    assert t["paths"] and t["paths"][0]["ns"] <= budget, (d / "timing.txt").read_text()
+    assert t["unregistered"] == [], t["unregistered"]
 
 
 def test_fit_report_names_what_does_not_fit():
