@@ -6,6 +6,12 @@ Since ``|w0*x| <= 2^14`` the low product is ``sext(P[15:0])`` and the high one i
 ``(P >> 16) + P[15]`` (the borrow taken by a negative low half). The default 1x16x16 array thus
 needs 128 multipliers instead of 256 (xc7z020 has 220 DSP48E1).
 
+The packing pays where a DSP is one wide multiplier (DSP48: 25x18). A Cyclone V variable-precision
+DSP block is one 27x27, two 18x19 or three 9x9 multipliers: the 25x8 packed product takes a whole
+block for two products, plain 8x8 products fit three to a block. A platform whose
+``vta_pack_int8_products`` is false (``boards.cyclonev``) gets one plain product per multiplier;
+``packed`` overrides the platform. Both have the same latency and results.
+
 Latency: operands presented in cycle t give ``dot`` in cycle t + LATENCY.
 """
 
@@ -47,10 +53,12 @@ class DotArray(wiring.Component):
     #: cycles from ``inp``/``wgt`` to ``dot``
     LATENCY = 4
 
-    def __init__(self, batch: int, block_in: int, block_out: int, inp_bits: int = 8, wgt_bits: int = 8):
+    def __init__(self, batch: int, block_in: int, block_out: int, inp_bits: int = 8, wgt_bits: int = 8,
+                 packed: bool | None = None):
         assert inp_bits == 8 and wgt_bits == 8, "the packed multiplier is written for int8 operands"
         assert block_out % 2 == 0
         self.batch, self.block_in, self.block_out = batch, block_in, block_out
+        self.packed = packed
         self.sum_bits = 2 * 8 + block_in.bit_length() + 1
         super().__init__({
             "inp": In(batch * block_in * 8),
@@ -59,6 +67,9 @@ class DotArray(wiring.Component):
         })
 
     def elaborate(self, platform):
+        packed = self.packed if self.packed is not None else getattr(platform, "vta_pack_int8_products", True)
+        if not packed:
+            return self._elaborate_plain()
         m = Module()
         bt, bi, bo = self.batch, self.block_in, self.block_out
         sw = self.sum_bits
@@ -97,4 +108,31 @@ class DotArray(wiring.Component):
                         chain = r
                     m.d.comb += out.eq(chain)
                     m.d.comb += self.dot[b * bo + n].eq(out)
+        return m
+
+    def _elaborate_plain(self) -> Module:
+        """One 8x8 product per multiplier (a 9x9 DSP mode), the same stages as the packed array."""
+        m = Module()
+        bt, bi, bo = self.batch, self.block_in, self.block_out
+        x = [[Signal(signed(8), name=f"x_{b}_{k}") for k in range(bi)] for b in range(bt)]
+        w = [[Signal(signed(8), name=f"w_{n}_{k}") for k in range(bi)] for n in range(bo)]
+        for b in range(bt):
+            for k in range(bi):
+                m.d.sync += x[b][k].eq(self.inp[8 * (b * bi + k):][:8].as_signed())
+        for n in range(bo):
+            for k in range(bi):
+                m.d.sync += w[n][k].eq(self.wgt[8 * (n * bi + k):][:8].as_signed())
+        for b in range(bt):
+            for n in range(bo):
+                terms = []
+                for k in range(bi):
+                    p = Signal(signed(16), name=f"p_{b}_{n}_{k}")
+                    m.d.sync += p.eq(w[n][k] * x[b][k])
+                    terms.append(p)
+                s, stages = _tree(m, terms, self.sum_bits, 2, f"t_{b}_{n}")
+                for k in range(2 - stages):          # the packed array's latency
+                    r = Signal(signed(self.sum_bits), name=f"dpad_{b}_{n}_{k}")
+                    m.d.sync += r.eq(s)
+                    s = r
+                m.d.comb += self.dot[b * bo + n].eq(s)
         return m

@@ -10,6 +10,7 @@ from vta_hw.axi import LiteSignature
 VARIANTS = {
     "axi3_32": dict(data_bits=32, addr_bits=32, id_bits=12, len_bits=4, axi3=True),     # Zynq-7000 M_AXI_GP0
     "axi4_128": dict(data_bits=128, addr_bits=40, id_bits=16, len_bits=8, axi3=False),  # ZynqMP M_AXI_HPM0_FPD
+    "axi3_32_lw": dict(data_bits=32, addr_bits=21, id_bits=12, len_bits=4, axi3=True),  # Cyclone V HPS lightweight
 }
 
 
