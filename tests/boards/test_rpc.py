@@ -133,6 +133,14 @@ def test_program_fpga_round_trip(server, tmp_path, monkeypatch):
     cached = install_bitstream(bit, board.config)
     assert f"recorded {Path(cached).name}" in server.call(vta.program_fpga, None, board)
     assert server.call(status)["bitstream"]["name"] == Path(cached).name
+    # the DE10-Nano's is the raw binary its FPGA manager loads
+    de10 = vta.Environment(load_config().replace(TARGET="de10nano"))
+    rbf = tmp_path / f"{de10.config.BITSTREAM}.rbf"
+    rbf.write_bytes(os.urandom(1024))
+    cached = install_bitstream(rbf, de10.config)
+    assert cached.endswith(f"/de10nano/0_0_2/{de10.config.BITSTREAM}.rbf")
+    assert f"recorded {rbf.name}" in server.call(vta.program_fpga, None, de10)
+    assert server.call(status)["bitstream"] == {"name": rbf.name, "sha256": file_digest(rbf)}
 
 
 @pytest.mark.parametrize("target", ["sim", "tsim"])

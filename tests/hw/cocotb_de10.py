@@ -1,6 +1,7 @@
 """cocotb: the DE10-Nano fabric (``boards.cyclonev.De10Fabric``: the core, the register bridge on
 the lightweight HPS-to-FPGA bridge's port, the ACP window onto the FPGA-to-HPS bridge's port), that
-is the whole top but the hard block, against fsim.
+is the whole top but the hard block, against fsim (through ``bridge_top.De10FabricTop``, which
+gives the AXI3 ports the 8-bit AxLEN cocotbext-axi expects).
 
 The HPS side is cocotbext-axi with random back-pressure: an AXI3 32-bit master on the lightweight
 port (the Cortex-A9's register accesses, at the config's register window inside the bridge's 2 MiB
@@ -63,14 +64,16 @@ class Hps:
 
     async def _monitor(self):
         d = self.dut
-        fields = ("addr", "len", "size", "burst", "user", "cache", "prot", "lock", "id")
+        fields = ("addr", "len", "size", "burst", "user", "cache", "prot", "id")
         while True:
             await ReadOnly()
             for ch in ("aw", "ar"):
                 if v(getattr(d, f"f2h__{ch}valid")) and v(getattr(d, f"f2h__{ch}ready")):
-                    self.bursts[ch].append({f: v(getattr(d, f"f2h__{ch}{f}")) for f in fields})
+                    burst = {f: v(getattr(d, f"f2h__{ch}{f}")) for f in fields}
+                    burst["lock"] = v(getattr(d, f"f2h_{ch}lock"))      # both AXI3 bits
+                    self.bursts[ch].append(burst)
             if v(d.f2h__wvalid) and v(d.f2h__wready):
-                self.wids.append(v(d.f2h__wid))
+                self.wids.append(v(d.f2h_wid))
             await RisingEdge(d.clk)
 
     async def reg_write(self, name, value):
