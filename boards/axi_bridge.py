@@ -192,7 +192,6 @@ class AxiWindow(wiring.Component):
         if port_id_bits < ID_BITS:
             raise ValueError(f"the port's {port_id_bits}-bit IDs cannot carry the core's {ID_BITS}-bit IDs")
         self.base, self.size, self.user, self.write_id = base, size, user, write_id
-        self.max_burst_beats = 1 << len_bits
         super().__init__({
             "core": Out(AxiSlaveSignature(data_bits, ADDR_BITS, ID_BITS, LEN_BITS, False, attrs=True)),
             "port": In(AxiSlaveSignature(data_bits, port_addr_bits, port_id_bits, len_bits, axi3, attrs=True,
