@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from vta_hw.spec import SIMULATED_TARGETS as SIMULATED_TARGETS  # targets simulated in this process
 from vta_hw.spec import AluOp, Config, MemType, Stage, load_config
 from vta_runtime import (
     DEBUG_DUMP_INSN,

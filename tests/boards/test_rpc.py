@@ -157,6 +157,24 @@ def test_program_fpga_is_a_no_op_on_a_simulator(server, tmp_path, monkeypatch, t
     assert not (tmp_path / "empty-cache").exists()
 
 
+@pytest.mark.parametrize("target", ["de10nano", "zcu104"])
+def test_testing_run_reaches_a_board_target_over_rpc(server, monkeypatch, target):
+    """vta.testing.run with a board TARGET: the server named by VTA_RPC_HOST/PORT (here the loopback
+    one), and without a tracker or a server, advice naming the TARGET."""
+    monkeypatch.delenv("TVM_TRACKER_HOST", raising=False)
+    monkeypatch.delenv("TVM_TRACKER_PORT", raising=False)
+    monkeypatch.delenv("VTA_RPC_HOST", raising=False)
+    with vta.Environment(load_config().replace(TARGET=target)):
+        with pytest.raises(RuntimeError, match=rf"TARGET={target}: set TVM_TRACKER_HOST/TVM_TRACKER_PORT \(a "
+                                               rf"tracker with '{target}' boards\) or VTA_RPC_HOST/VTA_RPC_PORT"):
+            vta.testing.run(lambda env, remote: None)
+        monkeypatch.setenv("VTA_RPC_HOST", "127.0.0.1")
+        monkeypatch.setenv("VTA_RPC_PORT", str(server.port))
+        got = vta.testing.run(lambda env, remote: (env.TARGET, status(remote)["model"]))
+        gc.collect()
+    assert got == (target, load_config().MODEL)       # the client's TARGET, the (simulated) server's model
+
+
 def push(remote, cfg_dict):
     return remote.get_function("tvm.contrib.vta.reconfig_runtime")(json.dumps(cfg_dict))
 
