@@ -35,7 +35,6 @@ TARGET_HOSTS: dict[str, dict[str, Any]] = {
 }
 
 
-
 class DevContext:
     """Device constants used by generated code: memory ids, ALU opcodes, queue ids (spec 5.2)."""
 
