@@ -13,6 +13,12 @@ product (its M register), P (its P register), then a balanced adder tree with a 
 every ``ADDS_PER_STAGE`` levels and at its output. Operands presented in cycle t give ``dot`` in
 cycle t + ``latency``; the caller budgets ``latency`` cycles and the array checks, when it is
 built, that its tree fits them.
+
+The packing pays where a DSP is one wide multiplier (DSP48: 25x18). A Cyclone V variable-precision
+DSP block is one 27x27, two 18x19 or three 9x9 multipliers: the 25x8 packed product takes a whole
+block for two products, plain 8x8 products fit three to a block. A platform whose
+``vta_pack_int8_products`` is false (``boards.cyclonev``) gets one plain product per multiplier;
+``packed`` overrides the platform. Both have the same latency and results.
 """
 
 from __future__ import annotations
@@ -58,11 +64,12 @@ def _tree(m: Module, terms: list, width: int, adds_per_stage: int, name: str) ->
 
 class DotArray(wiring.Component):
     def __init__(self, batch: int, block_in: int, block_out: int, inp_bits: int = 8, wgt_bits: int = 8,
-                 latency: int | None = None, adds_per_stage: int = ADDS_PER_STAGE):
+                 latency: int | None = None, adds_per_stage: int = ADDS_PER_STAGE, packed: bool | None = None):
         assert inp_bits == 8 and wgt_bits == 8, "the packed multiplier is written for int8 operands"
         assert block_out % 2 == 0
         self.batch, self.block_in, self.block_out = batch, block_in, block_out
         self.adds_per_stage = adds_per_stage
+        self.packed = packed
         self.sum_bits = 2 * 8 + block_in.bit_length() + 1
         #: cycles from ``inp``/``wgt`` to ``dot``
         self.latency = self.latency_for(block_in, adds_per_stage) if latency is None else latency
@@ -77,6 +84,9 @@ class DotArray(wiring.Component):
         return PRODUCT_STAGES + tree_stages(block_in, adds_per_stage)
 
     def elaborate(self, platform):
+        packed = self.packed if self.packed is not None else getattr(platform, "vta_pack_int8_products", True)
+        if not packed:
+            return self._elaborate_plain()
         m = Module()
         bt, bi, bo = self.batch, self.block_in, self.block_out
         sw = self.sum_bits
@@ -102,17 +112,43 @@ class DotArray(wiring.Component):
                     lo_terms.append((p[:PACK_SHIFT] ^ PACK_BIAS).as_signed())
                     hi_terms.append(p[PACK_SHIFT:].as_signed())
                 for n, terms in ((2 * j, lo_terms), (2 * j + 1, hi_terms)):
-                    s, stages = _tree(m, terms, sw, self.adds_per_stage, f"t_{b}_{n}")
-                    # the caller relies on the latency: the tree must fit the budget, the rest is padding
-                    pad = self.latency - PRODUCT_STAGES - stages
-                    if pad < 0:
-                        raise DotArrayLatencyError(
-                            f"DotArray({bt}, {bi}, {bo}): the adder tree over {bi} terms needs {stages} register "
-                            f"stages at {self.adds_per_stage} adds per stage, but the latency of {self.latency} "
-                            f"cycles leaves room for {self.latency - PRODUCT_STAGES}")
-                    for k in range(pad):
-                        r = Signal(signed(sw), name=f"dpad_{b}_{n}_{k}")
-                        m.d.sync += r.eq(s)
-                        s = r
-                    m.d.comb += self.dot[b * bo + n].eq(s)
+                    m.d.comb += self.dot[b * bo + n].eq(self._sum(m, terms, f"{b}_{n}"))
+        return m
+
+    def _sum(self, m: Module, terms: list, name: str):
+        """The adder tree over one dot product's terms, padded to the latency the caller budgets."""
+        s, stages = _tree(m, terms, self.sum_bits, self.adds_per_stage, f"t_{name}")
+        pad = self.latency - PRODUCT_STAGES - stages
+        if pad < 0:
+            raise DotArrayLatencyError(
+                f"DotArray({self.batch}, {self.block_in}, {self.block_out}): the adder tree over {self.block_in} "
+                f"terms needs {stages} register stages at {self.adds_per_stage} adds per stage, but the latency "
+                f"of {self.latency} cycles leaves room for {self.latency - PRODUCT_STAGES}")
+        for k in range(pad):
+            r = Signal(signed(self.sum_bits), name=f"dpad_{name}_{k}")
+            m.d.sync += r.eq(s)
+            s = r
+        return s
+
+    def _elaborate_plain(self) -> Module:
+        """One 8x8 product per multiplier (a 9x9 DSP mode), the same stages as the packed array."""
+        m = Module()
+        bt, bi, bo = self.batch, self.block_in, self.block_out
+        x = [[Signal(signed(8), name=f"x_{b}_{k}") for k in range(bi)] for b in range(bt)]
+        w = [[Signal(signed(8), name=f"w_{n}_{k}") for k in range(bi)] for n in range(bo)]
+        for b in range(bt):
+            for k in range(bi):
+                m.d.sync += x[b][k].eq(self.inp[8 * (b * bi + k):][:8].as_signed())
+        for n in range(bo):
+            for k in range(bi):
+                m.d.sync += w[n][k].eq(self.wgt[8 * (n * bi + k):][:8].as_signed())
+        for b in range(bt):
+            for n in range(bo):
+                terms = []
+                for k in range(bi):
+                    prod = Signal(signed(16), name=f"m_{b}_{n}_{k}")    # the multiplier's output register
+                    p = Signal(signed(16), name=f"p_{b}_{n}_{k}")       # its second (P) register
+                    m.d.sync += [prod.eq(w[n][k] * x[b][k]), p.eq(prod)]
+                    terms.append(p)
+                m.d.comb += self.dot[b * bo + n].eq(self._sum(m, terms, f"{b}_{n}"))
         return m

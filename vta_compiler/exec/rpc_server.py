@@ -28,11 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vta_hw.spec import Config, ConfigError, load_config
+from vta_hw.spec import BOARD_TARGETS, Config, ConfigError, load_config
 
 from ..bitstream import file_digest
-
-BOARD_TARGETS = ("pynq", "ultra96")
 
 
 class ServerState:
