@@ -68,9 +68,9 @@ PATTERNS = [
 ]
 #: where depthwise layers go: graph_pack(..., depthwise=...). On VTA by default: the data stays packed (no
 #: layout change around the layer) and, measured on MobileNet v1 (224x224, `python -m bench --only depthwise
-#: --tsim`), its 13 depthwise layers take 21 ms on VTA at 100 MHz (6 ms at 333 MHz) against 16.5 ms on a
-#: desktop core for the CPU path (TVM's default lowering plus 26 layout changes); a board's Cortex-A9 is
-#: several times slower than that core.
+#: --tsim`), its 13 depthwise layers take 21 ms on VTA at 100 MHz (6 ms at 333 MHz) against 16.5 ms of a
+#: server CPU for the CPU path (TVM's default lowering plus 26 layout changes); a board's Cortex-A9 is
+#: several times slower than that CPU.
 DEPTHWISE_PLACES = ("vta", "cpu")
 #: placement note of a depthwise layer on VTA / kept on the CPU
 DEPTHWISE_NOTE = {
