@@ -56,6 +56,7 @@ class Record:
     build_s: float = 0.0
     run_s: float = 0.0
     time: str = ""
+    server: str = ""
 
     @property
     def ok(self) -> bool:
@@ -73,7 +74,7 @@ class Record:
                 "task": self.task.to_json(), "knobs": self.knobs, "cycles": self.cycles, "error": self.error,
                 "estimate": None if self.estimate is None else round(float(self.estimate), 1),
                 "stats": self.stats, "build_s": round(self.build_s, 3), "run_s": round(self.run_s, 3),
-                "time": self.time or time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                "time": self.time or time.strftime("%Y-%m-%dT%H:%M:%S%z"), "server": self.server}
 
     @staticmethod
     def from_json(d: dict) -> Record:
@@ -83,7 +84,7 @@ class Record:
         return Record(Task.from_json(d["task"]), dict(d["knobs"]), None if cycles is None else int(cycles),
                       d.get("error"), str(d["config"]), d.get("model", ""), d.get("device", ""), d.get("estimate"),
                       dict(d.get("stats") or {}), float(d.get("build_s", 0)), float(d.get("run_s", 0)),
-                      d.get("time", ""))
+                      d.get("time", ""), d.get("server", ""))
 
 
 def append_record(path: str | os.PathLike[str], record: Record) -> None:

@@ -20,7 +20,6 @@ import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 

@@ -88,21 +88,19 @@ def _from_workloads(items, acc_operands: int) -> list[Task]:
 def _from_packed(mod) -> list[Task]:
     from ..graph.kernels import TASK_ATTR, is_vta_kernel
     layers: dict[str, list[str]] = {}          # kernel -> the layers that call it, in graph order
+    order: dict[str, int] = {}
     main = mod["main"] if "main" in [gv.name_hint for gv in mod.functions] else None
     if main is not None and main.attrs is not None and "vta.placement" in main.attrs:
         for row in json.loads(str(main.attrs["vta.placement"]))["rows"]:
             if row.get("device") == "VTA":
                 layers.setdefault(row["kernel"], []).append(row["name"])
+                order.setdefault(row["name"], len(order))
     out = []
     for gv, func in mod.functions.items():
         if is_vta_kernel(func) and TASK_ATTR in func.attrs:
             t = Task.from_json(json.loads(str(func.attrs[TASK_ATTR])))
             names = layers.get(gv.name_hint, [])
             out.append((names[0] if names else gv.name_hint, len(names) or 1, t))
-    order = {}
-    for names in layers.values():
-        for i, n in enumerate(names):
-            order.setdefault(n, len(order))
     out.sort(key=lambda x: order.get(x[0], len(order)))
     return [Task(t.kind, t.workload, t.acc_operands, name, uses) for name, uses, t in out]
 

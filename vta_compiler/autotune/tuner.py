@@ -304,7 +304,8 @@ def _tune(tasks, log, measure, menv, trials, early_stopping, n_builders, build_t
                 else:
                     res = MeasureResult(None, err, build_s=build_s)
                 rec = Record(st.task, knobs, res.cycles, res.error, cfg_hash, menv.MODEL, measure.device,
-                             st.task.space.estimate(st.task.workload, t, menv), res.stats, res.build_s, res.run_s)
+                             st.task.space.estimate(st.task.workload, t, menv), res.stats, res.build_s, res.run_s,
+                             server=res.server)
                 with lock:
                     append_record(log, rec)
                     prev = st.best()
