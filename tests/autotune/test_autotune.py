@@ -237,15 +237,24 @@ def measure(tracker):
 def small_tuned(tracker_with_two_tsim_servers):
     tracker, tmp = tracker_with_two_tsim_servers
     log = tmp / "small.jsonl"
-    res = autotune.tune([autotune.Task("conv2d", SMALL, name="small")], log, measure(tracker), trials=4)
-    return res, log
+    loaded = []
+
+    def module_loader(remote, env):          # the default one, and a note that it ran
+        autotune.default_module_loader(remote, env)
+        loaded.append(json.loads(remote.get_function("tvm.contrib.vta.status")())["model"])
+    m = measure(tracker)
+    m.module_loader = module_loader
+    res = autotune.tune([autotune.Task("conv2d", SMALL, name="small")], log, m, trials=4)
+    return res, log, loaded
 
 
 def test_tuning_on_two_tsim_servers_through_a_tracker(small_tuned):
-    res, log = small_tuned
+    res, log, loaded = small_tuned
     env = vta.get_env()
     records, _ = read_records(log)
     assert res.measured == 4 and len(records) == 4 and res.device == "tsim"
+    # before each measurement the server got this configuration (reconfig_runtime) and program_fpga ran
+    assert loaded == [env.config.replace(TARGET="tsim").MODEL] * 4
     assert all(r.ok and r.config == config_hash(env.config) for r in records), [r.error for r in records]
     assert len({r.server for r in records}) == 2, "both servers measured"
     ranked = autotune.get_space("conv2d").candidates(SMALL, env, 1)
@@ -275,7 +284,7 @@ def test_resume_from_a_partial_log(small_tuned, tracker_with_two_tsim_servers):
     """Half of the log, a torn line and the other half relabelled as another configuration's: tuning resumes
     from the two records of this configuration and measures exactly the two missing candidates."""
     tracker, tmp = tracker_with_two_tsim_servers
-    _, full = small_tuned
+    _, full, _ = small_tuned
     lines = full.read_text().splitlines()
     env = vta.get_env()
     other = config_hash(env.config.replace(LOG_ACC_BUFF_SIZE=16))

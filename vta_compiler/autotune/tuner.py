@@ -5,7 +5,9 @@ For each task the candidates are the space's tilings that fit, ranked by the sch
 and the tuned result can only be as fast or faster). The first few trials follow that ranking; then
 the picks alternate between the model's ranking, a ridge regression of log(cycles) on the candidate's
 features fitted to the measurements so far (the model's estimate, log2 of every tile size and thread
-count, one-hot of the other knobs), and the neighbours of the best so far (one knob changed). Several
+count, one-hot of the other knobs), and the neighbours of the best so far (one knob changed); the
+last two choose among the cost model's best tenth (at least 64), where a regression fitted to a few
+points can be trusted. Several
 candidates are in flight at a time, one per free server; a task whose remaining trials are all in
 flight lets the next task start, so no server waits for the slowest measurement of a task.
 """
@@ -31,6 +33,9 @@ from .task import Task
 #: trials that follow the cost model's ranking before the learned model joins in
 WARMUP = 4
 RIDGE = 1.0
+#: the learned model picks among the cost model's best candidates: this fraction of them, at least TOP_MIN
+TOP_FRACTION = 0.1
+TOP_MIN = 64
 
 
 @dataclass
@@ -112,16 +117,18 @@ class Search:
         pred = self._predict(st)
         if pred is None:
             return pool[0]
+        # the learned model only re-ranks the cost model's better candidates: with a few measurements it
+        # extrapolates badly far from them
+        top = [i for i in pool if i < max(TOP_MIN, len(st.candidates) * TOP_FRACTION)] or pool[:TOP_MIN]
         if k % 3 == 2:                                       # a neighbour of the best so far
             best = st.best()
             if best is not None and best.knobs_key in st.index_of:
                 b = st.candidates[st.index_of[best.knobs_key]]
                 names = [kn.name for kn in st.knobs]
-                near = [i for i in pool
-                        if sum(getattr(st.candidates[i], n) != getattr(b, n) for n in names) == 1]
+                near = [i for i in top if sum(getattr(st.candidates[i], n) != getattr(b, n) for n in names) == 1]
                 if near:
                     return min(near, key=lambda i: pred[i])
-        return min(pool, key=lambda i: pred[i])
+        return min(top, key=lambda i: pred[i])
 
 
 # ------------------------------------------------------------------------------------------------ progress
@@ -194,7 +201,8 @@ class TuneResult:
     best: list[Record | None]
     records: list[list[Record]]          # per task, in trial order (resumed ones first)
     measured: int                        # new measurements made by this call
-    seconds: float
+    seconds: float                       # the whole call, servers' start-up included
+    measure_seconds: float               # from the first candidate to the last result
     device: str
     config: str
 
@@ -215,14 +223,17 @@ def tune(tasks: list[Task], log: str | os.PathLike[str], measure=None, trials: i
     t_start = time.perf_counter()
     menv = measure.start(env)
     try:
-        return _tune(tasks, str(log), measure, menv, trials, early_stopping, n_builders, build_timeout, seed,
-                     progress, stream, t_start)
+        res = _tune(tasks, str(log), measure, menv, trials, early_stopping, n_builders, build_timeout, seed,
+                    progress, stream)
+        res.seconds = time.perf_counter() - t_start
+        return res
     finally:
         measure.close()
 
 
-def _tune(tasks, log, measure, menv, trials, early_stopping, n_builders, build_timeout, seed, progress, stream,
-          t_start) -> TuneResult:
+def _tune(tasks, log, measure, menv, trials, early_stopping, n_builders, build_timeout, seed, progress,
+          stream) -> TuneResult:
+    t_start = time.perf_counter()
     cfg_hash = config_hash(menv.config)
     old, report = read_records(log)
     hist = History(old, cfg_hash, log)
@@ -342,7 +353,7 @@ def _tune(tasks, log, measure, menv, trials, early_stopping, n_builders, build_t
     elapsed = time.perf_counter() - t_start
     prog.note(f"tuned {len(tasks)} task(s): {measured[0]} measurement(s) in {elapsed:.0f} s")
     return TuneResult(tasks, [st.best() for st in states], [st.records for st in states], measured[0], elapsed,
-                      measure.device, cfg_hash)
+                      elapsed, measure.device, cfg_hash)
 
 
 def efficiency(record: Record, macs: int, env: Environment) -> float:
