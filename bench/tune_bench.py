@@ -63,19 +63,27 @@ def breakdown(stats: dict, macs: int, peak: int, alu_ops_per_element: int = 4, r
     return out
 
 
+def fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
 def _plot(curves: dict, png: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
-    for name, (best, eff) in curves.items():
+    colors = plt.get_cmap("tab20").colors
+    for k, (name, (best, eff)) in enumerate(curves.items()):
         xs = range(1, len(best) + 1)
-        ax1.plot(xs, best, marker=".", label=name)
-        ax2.plot(xs, eff, marker=".", label=name)
-    ax1.set_yscale("log")
+        first = next((b for b in best if b != float("inf")), None)
+        c = colors[(2 * k) % 20 if k < 10 else (2 * k + 1) % 20]
+        if first:
+            ax1.plot(xs, [b / first for b in best], marker=".", color=c, label=f"{name} ({first:,.0f})")
+        ax2.plot(xs, eff, marker=".", color=c, label=name)
     ax1.set_xlabel("trial")
-    ax1.set_ylabel("best tsim cycles so far")
-    ax1.set_title("best cycles against trials (trial 1: the cost model's choice)")
+    ax1.set_ylabel("best tsim cycles so far / trial 1's")
+    ax1.set_title("best cycles against trials (trial 1: the cost model's choice, cycles in brackets)")
+    ax1.legend(fontsize=7, ncol=2)
     ax2.set_xlabel("trial")
     ax2.set_ylabel("best fraction of peak so far")
     ax2.set_title("fraction of peak (MACs / cycle / 256)")
@@ -175,9 +183,8 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
         if recs:
             c = curve(recs)
             curves[name] = (c, [macs / x / peak if x != float("inf") else 0 for x in c])
-        fmt = (lambda v, f: "-" if v is None else format(v, f))
-        print(f"{name:5} {fmt(row['model_cycles'], ',d'):>12} {fmt(row['model_efficiency'], '.2f'):>5} "
-              f"{fmt(row['tuned_cycles'], ',d'):>12} {fmt(row['tuned_efficiency'], '.2f'):>5} "
+        print(f"{name:5} {fmt(row['model_cycles'], ',d'):>12} {fmt(row['model_efficiency'], '.3f'):>5} "
+              f"{fmt(row['tuned_cycles'], ',d'):>12} {fmt(row['tuned_efficiency'], '.3f'):>5} "
               f"{(row['model_cycles'] / row['tuned_cycles']) if model_r and best else float('nan'):>7.2f}x "
               f"{len(recs):>6}  " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in met.items()),
               flush=True)
@@ -186,8 +193,8 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
         if not b:
             continue
         missed = [k for k, v in row["targets"].items() if not v]
-        print(f"{name} misses {', '.join(missed)}: {b['cycles']:,} cycles, ideal {b['ideal_cycles']:,.0f}; compute busy "
-              f"{b['compute_busy']:,} (GEMM {b['gemm_busy']:,}, ALU {b['alu_busy']:,}), compute stalled "
+        print(f"{name} misses {', '.join(missed)}: {b['cycles']:,} cycles, ideal {b['ideal_cycles']:,.0f}; "
+              f"compute busy {b['compute_busy']:,} (GEMM {b['gemm_busy']:,}, ALU {b['alu_busy']:,}), compute stalled "
               f"{b['compute_stall']:,}; load busy {b['load_busy']:,} stalled {b['load_stall']:,}; store busy "
               f"{b['store_busy']:,} stalled {b['store_stall']:,}; AXI beats read {b['axi_read_beats']:,} write "
               f"{b['axi_write_beats']:,}")

@@ -302,24 +302,41 @@ def test_resume_from_a_partial_log(small_tuned, tracker_with_two_tsim_servers):
 
 
 def test_wrong_result_is_recorded_and_never_chosen(tracker_with_two_tsim_servers, monkeypatch):
+    """The second candidate skips its GEMMs (a wrong result, and the fastest run), the third does not build:
+    both are recorded with their reason, tuning goes on, and neither is ever chosen."""
     tracker, tmp = tracker_with_two_tsim_servers
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
     import faulty_space
     env = vta.get_env()
     space = autotune.get_space("conv2d_faulty")
     assert isinstance(space, faulty_space.FaultySpace)
+    wrong, unbuildable = space.faulty(SMALL, env, 1)
     log = tmp / "faulty.jsonl"
-    res = autotune.tune([autotune.Task("conv2d_faulty", SMALL, name="faulty")], log, measure(tracker), trials=3)
+    res = autotune.tune([autotune.Task("conv2d_faulty", SMALL, name="faulty")], log, measure(tracker), trials=4)
     records, _ = read_records(log)
-    bad = [r for r in records if r.tiling() == space.faulty(SMALL, env, 1)]
-    assert len(records) == 3 and len(bad) == 1
-    assert bad[0].error.startswith("wrong result: ") and "outputs differ from numpy" in bad[0].error
-    good = [r for r in records if r is not bad[0]]
-    assert all(r.ok for r in good)
-    assert bad[0].cycles < min(r.cycles for r in good), "skipping the GEMMs is fastest: only the check rejects it"
-    assert res.best[0].knobs != bad[0].knobs and res.best[0].cycles == min(r.cycles for r in good)
+    assert len(records) == 4
+    bad = next(r for r in records if r.tiling() == wrong)
+    assert bad.error.startswith("wrong result: ") and "outputs differ from numpy" in bad.error
+    failed = next(r for r in records if r.tiling() == unbuildable)
+    assert failed.cycles is None and failed.error.startswith("build failed: ") and "on purpose" in failed.error
+    good = [r for r in records if r is not bad and r is not failed]
+    assert len(good) == 2 and all(r.ok for r in good)
+    assert bad.cycles < min(r.cycles for r in good), "skipping the GEMMs is fastest: only the check rejects it"
+    assert res.best[0].knobs != bad.knobs and res.best[0].cycles == min(r.cycles for r in good)
     with autotune.apply_history_best(str(log)):
         assert autotune.dispatch.lookup("conv2d_faulty", SMALL, env, 1) == res.best[0].tiling()
+
+
+def test_a_run_past_the_timeout_is_recorded(tracker_with_two_tsim_servers):
+    """C2 takes over half a million cycles: more than a second of tsim. With a 1 s session limit the server
+    ends the session, and the record says so."""
+    tracker, tmp = tracker_with_two_tsim_servers
+    m = autotune.RPCMeasure(tracker=tracker, key="tsim-tune", n_parallel=2, timeout=0.5)
+    log = tmp / "timeout.jsonl"
+    res = autotune.tune([autotune.Task("conv2d", RESNET18["C2"], name="C2")], log, m, trials=1)
+    (rec,) = read_records(log)[0]
+    assert rec.cycles is None and rec.error.startswith("run timeout: the session passed its 1 s limit"), rec.error
+    assert res.best == [None]
 
 
 def test_no_server_under_the_key_is_a_clear_error(tracker_with_two_tsim_servers):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import subprocess
 import sys
@@ -84,6 +85,11 @@ def measurement_target(env: Environment):
 
     from ..environment import TARGET_HOSTS
     return tvm.target.Target(env.target, host=tvm.target.Target({**TARGET_HOSTS[env.TARGET], "opt-level": 0}))
+
+
+def _limit(timeout: float) -> int:
+    """The session limit TVM's server enforces (whole seconds)."""
+    return max(1, math.ceil(timeout))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -178,13 +184,17 @@ class RPCMeasure:
 
     ``n_parallel``: measurements in flight (default: the servers registered under the key). ``timeout``:
     seconds one run may take (the session's limit). ``module_loader(remote, env)`` runs before each
-    measurement (default: ``reconfig_runtime`` and ``program_fpga``).
+    measurement (default: ``reconfig_runtime`` and ``program_fpga``). ``request_timeout``: how long to wait
+    for a free server (default: 3 x ``timeout``, at least 10 minutes); past it tuning stops with a
+    ``MeasureError``. ``wait_for_servers``: seconds to wait at the start for ``n_parallel`` servers.
     """
 
     def __init__(self, tracker: tuple[str, int] = ("127.0.0.1", 9190), key: str = "tsim",
                  n_parallel: int | None = None, timeout: float = 300.0, priority: int = 1,
-                 module_loader=default_module_loader, wait_for_servers: float = 0.0):
+                 module_loader=default_module_loader, wait_for_servers: float = 0.0,
+                 request_timeout: float | None = None):
         self.tracker = (str(tracker[0]), int(tracker[1]))
+        self.request_timeout = request_timeout
         self.key = key
         self.n_parallel = n_parallel
         self.timeout = timeout
@@ -228,24 +238,34 @@ class RPCMeasure:
         return Environment(env.config.replace(TARGET=target))
 
     def _session(self, timeout: float):
+        """A session on a free server; waits at most ``request_timeout`` for one (a MeasureError after that:
+        the servers are gone or stuck, which no candidate can fix)."""
         from tvm import rpc
-        return rpc.connect_tracker(*self.tracker).request(self.key, priority=self.priority,
-                                                          session_timeout=int(timeout) + 1)
+        wait = self.request_timeout or max(600.0, 3 * self.timeout)
+        tracker = rpc.connect_tracker(*self.tracker)
+        tracker._sock.settimeout(wait)      # bounds the wait for a match (TVM's request blocks otherwise)
+        try:
+            return tracker.request(self.key, priority=self.priority, session_timeout=_limit(timeout), max_retry=1)
+        except (OSError, RuntimeError) as exc:
+            raise MeasureError(f"no server under key {self.key!r} at the tracker {self.tracker[0]}:{self.tracker[1]} "
+                               f"gave a session within {wait:.0f} s: {_first_line(exc)}") from None
+        finally:
+            tracker.close()
 
     # -- one measurement
     def run(self, lib_path: str, data: LayerData, unpack, env: Environment) -> MeasureResult:
+        remote = self._session(self.timeout)
         t0 = time.perf_counter()
-        remote = None
         try:
-            remote = self._session(self.timeout)
             self.module_loader(remote, env)
             server = server_id(remote)
             stats, got = run_on_remote(remote, lib_path, data, unpack)
         except Exception as exc:       # noqa: BLE001 (a failed run is a result)
             secs = time.perf_counter() - t0
             msg = _first_line(exc)
-            if "SessionTimeout" in str(exc) or secs > self.timeout:
-                return MeasureResult(None, f"run timeout: more than {self.timeout:.0f} s ({msg})", run_s=secs)
+            if "SessionTimeout" in str(exc) or secs > _limit(self.timeout):
+                return MeasureResult(None, f"run timeout: the session passed its {_limit(self.timeout)} s limit "
+                                     f"({msg})", run_s=secs)
             if any(s in str(exc).lower() for s in ("socket", "connection", "closed", "terminated", "eof")):
                 return MeasureResult(None, f"run crashed: the server's session ended ({msg})", run_s=secs)
             return MeasureResult(None, f"run failed: {msg}", run_s=secs)
