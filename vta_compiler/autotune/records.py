@@ -57,6 +57,7 @@ class Record:
     run_s: float = 0.0
     time: str = ""
     server: str = ""
+    trial: int | None = None       # the task's trial number: the order the tuner chose candidates in
 
     @property
     def ok(self) -> bool:
@@ -74,7 +75,7 @@ class Record:
                 "task": self.task.to_json(), "knobs": self.knobs, "cycles": self.cycles, "error": self.error,
                 "estimate": None if self.estimate is None else round(float(self.estimate), 1),
                 "stats": self.stats, "build_s": round(self.build_s, 3), "run_s": round(self.run_s, 3),
-                "time": self.time or time.strftime("%Y-%m-%dT%H:%M:%S%z"), "server": self.server}
+                "time": self.time or time.strftime("%Y-%m-%dT%H:%M:%S%z"), "server": self.server, "trial": self.trial}
 
     @staticmethod
     def from_json(d: dict) -> Record:
@@ -84,7 +85,7 @@ class Record:
         return Record(Task.from_json(d["task"]), dict(d["knobs"]), None if cycles is None else int(cycles),
                       d.get("error"), str(d["config"]), d.get("model", ""), d.get("device", ""), d.get("estimate"),
                       dict(d.get("stats") or {}), float(d.get("build_s", 0)), float(d.get("run_s", 0)),
-                      d.get("time", ""), d.get("server", ""))
+                      d.get("time", ""), d.get("server", ""), d.get("trial"))
 
 
 def append_record(path: str | os.PathLike[str], record: Record) -> None:
@@ -213,10 +214,15 @@ def best_per_task(records: Iterable[Record]) -> dict[str, Record]:
     return out
 
 
+def in_trial_order(records: list[Record]) -> list[Record]:
+    """Records in the order the tuner chose them (a log holds them in the order they finished)."""
+    return sorted(records, key=lambda r: (r.trial is None, r.trial if r.trial is not None else 0))
+
+
 def curve(records: list[Record]) -> list[float]:
     """Best cycles so far after each trial (errors keep the previous best; inf before the first success)."""
     best, out = math.inf, []
-    for r in records:
+    for r in in_trial_order(records):
         if r.ok:
             best = min(best, r.cycles)
         out.append(best)

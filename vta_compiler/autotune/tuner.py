@@ -58,6 +58,8 @@ class TaskState:
         self.keys = [_knobs_key(self.task.space.knob_values(t)) for t in self.candidates]
         self.index_of = {k: i for i, k in enumerate(self.keys)}
         self.lock = threading.Lock()
+        self.trial_of: dict[int, int] = {}        # candidate in flight -> its trial number (proposal order)
+        self.next_trial = 0
 
     @property
     def measured(self) -> set[str]:
@@ -244,6 +246,10 @@ def _tune(tasks, log, measure, menv, trials, early_stopping, n_builders, build_t
         cands = sp.candidates(task.workload, menv, task.acc_operands)
         st = TaskState(task, i, trials, cands, sp.knobs(task.workload, menv))
         st.records = list(hist.records(task))
+        st.next_trial = 1 + max([r.trial for r in st.records if r.trial is not None], default=len(st.records) - 1)
+        best = st.best()
+        if best is not None:                       # resumed: trials since the best count for early stopping
+            st.since_best = len(st.records) - 1 - max(k for k, r in enumerate(st.records) if r is best)
         states.append(st)
     peak = menv.BATCH * menv.BLOCK_IN * menv.BLOCK_OUT
     prog = Progress(states, peak, stream, progress)
@@ -278,6 +284,8 @@ def _tune(tasks, log, measure, menv, trials, early_stopping, n_builders, build_t
                     else None
                 if i is not None:
                     st.inflight.add(i)
+                    st.trial_of[i] = st.next_trial
+                    st.next_trial += 1
                     if not st.started:
                         st.started = time.perf_counter()
                     return st, i
@@ -316,7 +324,7 @@ def _tune(tasks, log, measure, menv, trials, early_stopping, n_builders, build_t
                     res = MeasureResult(None, err, build_s=build_s)
                 rec = Record(st.task, knobs, res.cycles, res.error, cfg_hash, menv.MODEL, measure.device,
                              st.task.space.estimate(st.task.workload, t, menv), res.stats, res.build_s, res.run_s,
-                             server=res.server)
+                             server=res.server, trial=st.trial_of.pop(i))
                 with lock:
                     append_record(log, rec)
                     prev = st.best()
