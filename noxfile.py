@@ -1,4 +1,4 @@
-"""Sessions: tests, demo, lint, bench, sweeps, synth, fuzz, verilog (see README)."""
+"""Sessions: tests, demo, lint, bench, sweeps, tune, synth, fuzz, verilog (see README)."""
 
 import nox
 
@@ -49,6 +49,13 @@ def bench(session: nox.Session) -> None:
     _install(session)
     session.install("-e", ".[bench]")
     session.run("python", "-m", "bench", *session.posargs)
+
+
+@nox.session
+def tune(session: nox.Session) -> None:
+    """Measured tuning of ResNet-18's layers on tsim servers (``-- --ship`` rewrites the shipped records)."""
+    _install(session)
+    session.run("python", "-m", "vta_compiler.autotune", *session.posargs)
 
 
 @nox.session

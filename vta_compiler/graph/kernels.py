@@ -9,6 +9,8 @@ only them, through the "vta" TIR pipeline.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 
 import tvm
@@ -22,6 +24,8 @@ from ..top import group_conv2d as G
 
 #: PrimFunc attribute that marks a VTA kernel (compiled with the "vta" TIR pipeline)
 KERNEL_ATTR = "vta.kernel"
+#: PrimFunc attribute with the kernel's tuning task as JSON (kind, workload, acc_operands; see vta_compiler.autotune)
+TASK_ATTR = "vta.task"
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,9 @@ class KernelCache:
         name = f"vta_{label}_{desc}_{len(self.kernels)}"
         prim = sch.mod["main"].with_attr("global_symbol", name).with_attr("target", env.target)
         prim = prim.with_attr("vta.workload", str(key.workload)).with_attr(KERNEL_ATTR, 1)
+        wkl = dataclasses.asdict(key.workload) if key.kind == "conv2d" else \
+            dict(zip(("batch", "in_features", "out_features"), (int(x) for x in key.workload)))
+        prim = prim.with_attr(TASK_ATTR, json.dumps({"kind": key.kind, "workload": wkl, "acc_operands": ops}))
         gv = self.bb.add_func(prim, name)
         return gv, tiling
 

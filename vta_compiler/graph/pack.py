@@ -39,6 +39,7 @@ from ..top import group_conv2d as G
 from ..top import packing as P
 from ..top.conv2d import Conv2DWorkload, conv2d_tiling
 from ..top.dense import dense_tiling
+from ..top.tuned import records_key
 from ..transform.common import VTACompileError
 from .ir import Const, Graph, GraphError, Node, const
 from .kernels import KernelCache, KernelKey
@@ -245,8 +246,9 @@ _tilings: dict = {}
 
 
 def tiling_for(kind: str, wkl, env: Environment, acc_operands: int):
-    """The automatic tiling of a workload (searched once per workload and configuration)."""
-    key = (kind, wkl, env.config.hash(), acc_operands)
+    """The tiling of a workload: its best record (``vta_compiler.autotune``), else the cost model's choice
+    (searched once per workload, configuration and set of active records)."""
+    key = (kind, wkl, env.config.hash(), acc_operands, records_key())
     if key not in _tilings:
         if kind == "conv2d":
             _tilings[key] = conv2d_tiling(wkl, env, acc_operands=acc_operands)
