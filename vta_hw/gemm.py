@@ -89,7 +89,6 @@ class DotArray(wiring.Component):
             return self._elaborate_plain()
         m = Module()
         bt, bi, bo = self.batch, self.block_in, self.block_out
-        sw = self.sum_bits
         # operand registers (x and the packed weight pair): the DSP's input registers
         x = [[Signal(signed(8), name=f"x_{b}_{k}") for k in range(bi)] for b in range(bt)]
         packed = [[Signal(signed(25), name=f"wp_{j}_{k}") for k in range(bi)] for j in range(bo // 2)]
