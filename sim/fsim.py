@@ -6,6 +6,7 @@ queues, and the original simulator's counters. Bad programs raise a ``ProgramErr
 that names the instruction; a run never hangs (deadlocks are detected, not waited on).
 
 Semantic decisions shared with the hardware (README, "Semantics"):
+
 * MUL and ACC_8BIT are refused (IllegalInstructionError).
 * SHR shifts right by the low ``LOG_ACC_WIDTH+1`` bits of the operand read as a signed number;
   a negative amount shifts left. This equals HLS for -16..15 and the original fsim for -32..31.

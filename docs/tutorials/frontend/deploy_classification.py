@@ -1,0 +1,5 @@
+"""
+Get started: vector add on VTA's ALU
+====================================
+"""
+print("hello")
