@@ -43,7 +43,7 @@ FAST = os.environ.get("VTA_DOCS_FAST") == "1"      # the test suite's quick buil
 xtr, ytr, xte, yte = digits.load_split()
 batch = 40
 mod, params = graph.from_onnx(digits.digits_onnx(batch=batch))
-mod.show()
+print(mod.script())
 
 ######################################################################
 # Quantization
