@@ -16,7 +16,7 @@ REPO = Path(os.environ.get("VTA_DOCS_REPO") or HERE.parent).resolve()
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE / "_ext"))
 
-import vta_docs  # noqa: E402  (docs/_ext: the spec tables, the tutorial order, the gallery reset)
+import vta_docs  # noqa: E402,F401  (docs/_ext: spec tables, tutorial order, gallery reset; fails early if missing)
 
 FAST = os.environ.get("VTA_DOCS_FAST") == "1"
 

@@ -143,5 +143,6 @@ want = relax.VirtualMachine(tvm.compile(qmod, "llvm"), tvm.cpu())["main"](x).num
 print("top-5 classes:", [int(k) for k in np.argsort(-y[0])[:5]], "; exact against the CPU:", np.array_equal(y, want))
 assert np.array_equal(y, want)
 stats = vta.testing.simulator.stats()
-print(f"GEMM micro-ops {stats['gemm_counter']:,}: {stats['gemm_counter'] * env.BATCH * env.BLOCK_IN * env.BLOCK_OUT / 1e9:.2f} G MACs issued "
-      f"for {pl.vta_macs / 1e9:.2f} G useful; weights loaded: {stats['wgt_load_nbytes'] / 2**20:.1f} MiB")
+issued = stats["gemm_counter"] * env.BATCH * env.BLOCK_IN * env.BLOCK_OUT
+print(f"GEMM micro-ops {stats['gemm_counter']:,}: {issued / 1e9:.2f} G MACs issued for {pl.vta_macs / 1e9:.2f} G "
+      f"useful; weights loaded: {stats['wgt_load_nbytes'] / 2**20:.1f} MiB")

@@ -151,7 +151,8 @@ def measure(label, sch):
         else:
             cycles = stats["cycle_count"]
             results[label] = cycles
-            line.append(f"tsim {cycles:>7} cycles, {macs / cycles:6.1f} MACs/cycle ({macs / cycles / peak:.0%} of peak)")
+            line.append(f"tsim {cycles:>7} cycles, {macs / cycles:6.1f} MACs/cycle "
+                        f"({macs / cycles / peak:.0%} of peak)")
     print(f"{label:<34} exact; " + "; ".join(line))
 
 
