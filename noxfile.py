@@ -1,4 +1,4 @@
-"""Sessions: tests, demo, lint, docs, bench, sweeps, synth, fuzz, verilog, bitstream (see README)."""
+"""Sessions: tests, demo, lint, docs, bench, sweeps, tune, synth, fuzz, verilog, bitstream (see README)."""
 
 import nox
 
@@ -54,10 +54,17 @@ def sweeps(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks; results go to build/bench/results.json."""
+    """Benchmarks (fsim+runtime against ONNX Runtime per ResNet-18 layer, ...); results in build/bench/results.json."""
     _install(session)
     session.install("-e", ".[bench]")
     session.run("python", "-m", "bench", *session.posargs)
+
+
+@nox.session
+def tune(session: nox.Session) -> None:
+    """Measured tuning of ResNet-18's layers on tsim servers (``-- --ship`` rewrites the shipped records)."""
+    _install(session)
+    session.run("python", "-m", "vta_compiler.autotune", *session.posargs)
 
 
 @nox.session

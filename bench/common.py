@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,56 @@ def best_of(fn, repeat: int = 3) -> tuple[float, Any]:
         out = fn()
         best = min(best, time.perf_counter() - t0)
     return best, out
+
+
+def interleaved_best(fns: dict[str, Any], rounds: int = 10, min_seconds: float = 0.0) -> dict[str, tuple[float, float]]:
+    """Smallest wall time and smallest CPU time of the calling thread, per function, over rounds that call
+    every function once in turn, so that all of them see the same machine load (the minimum is the least
+    noisy estimate on a busy machine). At least ``rounds`` rounds, and more until ``min_seconds`` have passed."""
+    wall = dict.fromkeys(fns, float("inf"))
+    cpu = dict.fromkeys(fns, float("inf"))
+    start = time.perf_counter()
+    n = 0
+    while n < rounds or time.perf_counter() - start < min_seconds:
+        for name, fn in fns.items():
+            c0, t0 = time.thread_time(), time.perf_counter()
+            fn()
+            wall[name] = min(wall[name], time.perf_counter() - t0)
+            cpu[name] = min(cpu[name], time.thread_time() - c0)
+        n += 1
+    return {name: (wall[name], cpu[name]) for name in fns}
+
+
+def _rss_high_water() -> int | None:
+    """Peak resident set of this process in bytes (Linux), or None."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def peak_memory(fn) -> dict[str, int | None]:
+    """Extra memory while ``fn()`` runs: the tracemalloc peak (Python and numpy allocations) and, on Linux, the
+    peak resident set over the resident set before (C++ allocations and touched pages included)."""
+    rss = None
+    try:
+        with open("/proc/self/clear_refs", "w") as f:   # "5": reset the high-water mark to the current RSS
+            f.write("5")
+        rss = _rss_high_water()
+    except OSError:
+        pass
+    tracemalloc.start()
+    try:
+        fn()
+        _, traced = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    after = _rss_high_water() if rss is not None else None
+    return {"tracemalloc_peak_bytes": traced, "rss_peak_increase_bytes": None if rss is None else after - rss}
 
 
 class TimedDevice:

@@ -130,11 +130,10 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
     graph, model, x, cal = _resnet(image)
     out: dict = {"network": f"ResNet-18, {image}x{image}, batch 1"}
 
-    import onnxruntime as ort
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    feed = {"data": x}
-    sess.run(None, feed)
-    out["onnxruntime_s"], _ = best_of(lambda: sess.run(None, feed), 10)
+    from .ort import OrtRunner
+    onnxruntime = OrtRunner(model, {"data": x})
+    onnxruntime()
+    out["onnxruntime_s"], _ = best_of(onnxruntime, 10)
 
     mod, params = graph.from_onnx(model)
     t0 = time.perf_counter()

@@ -29,13 +29,15 @@ class ModelDevice:
         self._dev = device
         self.config = device.config
         self.streams: list = []
+        self.recording = True   # False: run streams without keeping copies (for timing)
 
     def __getattr__(self, name):
         return getattr(self._dev, name)
 
     def run(self, insn_phys, insn_count, timeout=None):
-        self.streams.append(self._dev.dram.data[insn_phys:insn_phys + insn_count * 16].view("<u8")
-                            .reshape(-1, 2).copy())
+        if self.recording:
+            self.streams.append(self._dev.dram.data[insn_phys:insn_phys + insn_count * 16].view("<u8")
+                                .reshape(-1, 2).copy())
         return self._dev.run(insn_phys, insn_count, timeout)
 
     @property

@@ -1,4 +1,6 @@
-"""The bitstream flow behind ``nox -s bitstream -- [--board pynq-z1|pynq-z2|ultra96] [--config PATH]``.
+"""The bitstream flow behind ``nox -s bitstream -- [--board pynq-z1|pynq-z2|ultra96|zcu104|de10-nano]
+[--config PATH]``. The Xilinx boards' flow is here; the DE10-Nano's (Quartus) is ``boards.quartus``,
+with the same steps and files.
 
 Writes ``build/<board>/<bitstream-name>/``:
 
@@ -8,6 +10,8 @@ Writes ``build/<board>/<bitstream-name>/``:
 * ``plan.json``: board, part, clock, configuration, register window and memory port;
 * ``utilization.txt`` / ``.json``: a yosys ``synth_xilinx`` estimate (PS as a black box) against
   the device's capacity. A design that does not fit stops the flow with the numbers.
+* ``timing.txt``: the timing estimate of the same netlist (``vta_hw.timing``) against the board's
+  clock; a path over the target is reported, not fatal (it is an estimate: Vivado decides).
 
 Then, if Vivado is on PATH (or ``$VIVADO`` names it) it runs the plan and copies the bitstream
 next to the plan; otherwise it prints exactly what to run where Vivado is installed. No open
@@ -25,11 +29,14 @@ import sys
 import time
 from pathlib import Path
 
+from vta_hw import timing
 from vta_hw.spec import Config, ConfigError, load_config
-from vta_hw.synth import DEVICES, run_yosys, summarise
+from vta_hw.synth import run_yosys, summarise
 from vta_hw.verilog import strip_zero_init
 
+from . import quartus
 from .platforms import BOARDS, Board, board_for
+from .quartus import FlowError
 from .zynq import TOPS
 
 BUILD_ROOT = Path(__file__).resolve().parent.parent / "build"
@@ -38,10 +45,6 @@ FAMILY_OF = {"zynq7": "xc7", "zynqmp": "xcup"}
 #: PS address of the GP master port window each family uses for the register file
 GP_WINDOW = {"zynq7": (0x4000_0000, 0x7FFF_FFFF), "zynqmp": (0xA000_0000, 0xAFFF_FFFF)}
 MEMORY_PORT = {"zynq7": "S_AXI_ACP (coherent, 64-bit AXI3)", "zynqmp": "S_AXI_HPC0_FPD (coherent, 128-bit AXI4)"}
-
-
-class FlowError(RuntimeError):
-    """The flow cannot go on; the message says why and what to do."""
 
 
 def _say(msg: str) -> None:
@@ -57,6 +60,8 @@ def make_plan(board: Board, cfg: Config, out: Path, progress=_say) -> dict:
     cfg = board.config_for(cfg)
     if cfg.fpga_device != board.part:
         raise FlowError(f"the configuration's part {cfg.fpga_device} is not the {board.name}'s part {board.part}")
+    if board.family == "cyclonev":
+        return quartus.make_plan(board, cfg, out, progress)
     window = GP_WINDOW[board.family]
     if not window[0] <= cfg.fetch_base_addr <= window[1]:
         raise FlowError(f"register window {cfg.fetch_base_addr:#x} is outside the PS's GP port window "
@@ -90,7 +95,7 @@ def make_plan(board: Board, cfg: Config, out: Path, progress=_say) -> dict:
 
 def fit_report(board: Board, cells: dict[str, int]) -> tuple[dict, str, list[str]]:
     """(summary, report text, resources over capacity) of synthesised cells on the board's device."""
-    dev = DEVICES[FAMILY_OF[board.family]]
+    dev = board.capacity
     s = summarise(cells, dev)
     rows = [("LUT", s["luts"], dev.luts), ("FF", s["ffs"], dev.ffs), ("BRAM36", s["bram36"], dev.bram36),
             (dev.dsp_cell, s["dsps"], dev.dsps)]
@@ -106,13 +111,21 @@ def fit_report(board: Board, cells: dict[str, int]) -> tuple[dict, str, list[str
 
 def utilization(board: Board, out: Path, progress=_say) -> dict:
     """yosys estimate of the whole top (PS black box) against the device; raises FlowError if it does not fit."""
+    if board.family == "cyclonev":
+        return quartus.utilization(board, out, progress)
     family = FAMILY_OF[board.family]
-    dev = DEVICES[family]
-    cells = run_yosys(out / "vivado" / f"{TOP_NAME}.v", family, out / "yosys", progress, top=TOP_NAME)
+    dev = board.capacity
+    cells = run_yosys(out / "vivado" / f"{TOP_NAME}.v", family, out / "yosys", progress, top=TOP_NAME, netlist=True)
     s, report, over = fit_report(board, cells)
+    clock_mhz = json.loads((out / "plan.json").read_text())["clock_mhz"]
+    rep = timing.analyse(out / "yosys" / f"netlist_{family}.json", family, top=TOP_NAME)
+    timing_text = timing.format_report(rep, 1000 / clock_mhz, n=8)
     (out / "utilization.txt").write_text(report)
-    (out / "utilization.json").write_text(json.dumps({"cells": cells, "summary": s}, indent=2) + "\n")
+    (out / "timing.txt").write_text(timing_text + "\n")
+    (out / "utilization.json").write_text(json.dumps({"cells": cells, "summary": s, "clock_mhz": clock_mhz,
+                                                      "timing": rep.to_json()}, indent=2) + "\n")
     progress(report.rstrip())
+    progress(timing_text)
     if over:
         raise FlowError(f"the design does not fit {dev.name}: {'; '.join(over)} (see {out / 'utilization.txt'})")
     return s
@@ -164,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         make_plan(board, cfg, out)
         if not args.skip_utilization:
             utilization(board, out)
-        vivado = find_vivado()
-        if vivado:
+        if board.family == "cyclonev":
+            quartus_sh = quartus.find_quartus()
+            _say(f"[bitstream] bitstream: {quartus.run_quartus(out, quartus_sh, _say)}" if quartus_sh
+                 else quartus.instructions(out, board, cfg))
+        elif vivado := find_vivado():
             _say(f"[bitstream] bitstream: {run_vivado(out, vivado)}")
         else:
             _say(instructions(out, board, cfg))

@@ -332,8 +332,8 @@ class _Gen:
         self.q.dep_pop(S, C)
         self.q.dep_pop(L, C)
         self.q.commit_pending_pop(C)
-        self.q.insns.append({"opcode": Opcode.FINISH})
-        insns = b"".join(self.isa.format_of(i["opcode"]).encode(i).to_bytes(16, "little") for i in self.q.insns)
+        self.q.create(C, {"opcode": Opcode.FINISH})
+        insns = self.q.encode()
         outputs = [(self.out_phys, self.out_n * self.cfg.OUT_ELEM_BYTES)]
         if self.dump:
             outputs.append(self.dump)

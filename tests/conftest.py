@@ -27,7 +27,7 @@ try:
 except ImportError as exc:  # amaranth not installed
     DEVICES["tsim"] = None
     UNAVAILABLE["tsim"] = f"tsim cannot be imported: {exc}"
-if os.environ.get("VTA_TEST_BOARD"):  # on a board: VTA_TEST_BOARD=pynq|ultra96 adds the programmed core
+if os.environ.get("VTA_TEST_BOARD"):  # on a board: VTA_TEST_BOARD=<board TARGET> adds the programmed core
     from boards.driver import BoardDevice
     from vta_hw.spec import load_config
 

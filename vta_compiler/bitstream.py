@@ -1,7 +1,8 @@
 """Bitstream cache, download and installation (spec 1.3).
 
 Cache layout: ``$VTA_CACHE_PATH`` (default ``~/.vta_cache``) / ``<TARGET>`` / ``<HW_VER with '.'
-replaced by '_'>`` / ``<BITSTREAM>.bit``. Bitstreams of the original HLS design do not work with
+replaced by '_'>`` / ``<BITSTREAM>.bit`` (``.rbf`` for the DE10-Nano, the raw binary its FPGA
+manager takes: the config's ``bitstream_ext``). Bitstreams of the original HLS design do not work with
 this hardware (different register map), so there is no default download location: set
 ``VTA_BITSTREAM_URL`` (or pass ``url=``) to a server laid out like the cache, or build one with
 ``nox -s bitstream`` and install it with ``vta-bitstream install``.
@@ -47,16 +48,16 @@ def get_bitstream_path(cfg: Config | None = None) -> str:
         '/home/me/.vta_cache/sim/0_0_2/1x16_i8w8a32_15_15_18_17.bit'
     """
     cfg = load_config(cfg)
-    return str(bitstream_dir(cfg) / f"{cfg.BITSTREAM}.bit")
+    return str(bitstream_dir(cfg) / f"{cfg.BITSTREAM}{cfg.bitstream_ext}")
 
 
 def _relative_url(cfg: Config) -> str:
-    return f"{cfg.TARGET}/{cfg.HW_VER}/{cfg.BITSTREAM}.bit"
+    return f"{cfg.TARGET}/{cfg.HW_VER}/{cfg.BITSTREAM}{cfg.bitstream_ext}"
 
 
 def download_bitstream(cfg: Config | None = None, url: str | None = None, *,
                        timeout: float = DOWNLOAD_TIMEOUT_S) -> str:
-    """Fetch ``<url>/<TARGET>/<HW_VER>/<BITSTREAM>.bit`` into the cache and return its path.
+    """Fetch ``<url>/<TARGET>/<HW_VER>/<BITSTREAM>.bit`` (or ``.rbf``) into the cache and return its path.
 
     ``url`` defaults to ``$VTA_BITSTREAM_URL``; there is no default server (the original VTA's
     bitstreams do not work with this hardware).
@@ -78,7 +79,7 @@ def download_bitstream(cfg: Config | None = None, url: str | None = None, *,
     src = base.rstrip("/") + "/" + _relative_url(cfg)
     dest = Path(get_bitstream_path(cfg))
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".bit.part")
+    tmp = dest.with_suffix(dest.suffix + ".part")
     try:
         with urllib.request.urlopen(src, timeout=timeout) as resp, open(tmp, "wb") as out:
             shutil.copyfileobj(resp, out)
@@ -111,6 +112,9 @@ def install_bitstream(path: str | os.PathLike[str], cfg: Config | None = None) -
     src = Path(path)
     if not src.is_file():
         raise BitstreamError(f"no bitstream at {src}")
+    if src.suffix != cfg.bitstream_ext:
+        raise BitstreamError(f"{src} is not a {cfg.bitstream_ext} file, which is what TARGET {cfg.TARGET} loads "
+                             f"(`nox -s bitstream` says how to make one)")
     plan = src.parent / "plan.json"
     if plan.is_file():
         built = json.loads(plan.read_text()).get("config", {})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from vta_hw.spec import SIMULATED_TARGETS as SIMULATED_TARGETS  # targets simulated in this process
 from vta_hw.spec import AluOp, Config, MemType, Stage, load_config
 from vta_runtime import (
     DEBUG_DUMP_INSN,
@@ -27,10 +28,11 @@ TARGET_HOSTS: dict[str, dict[str, Any]] = {
     "pynq": {"kind": "llvm", "mtriple": "armv7-none-linux-gnueabihf", "mcpu": "cortex-a9", "mattr": ["+neon"]},
     # Ultra96: Zynq UltraScale+, quad Cortex-A53, AArch64
     "ultra96": {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a53"},
+    # ZCU104: Zynq UltraScale+ as well (the original raised an error here, spec gotcha G11)
+    "zcu104": {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a53"},
+    # DE10-Nano: Cyclone V SoC, dual Cortex-A9, ARMv7 hard-float with NEON
+    "de10nano": {"kind": "llvm", "mtriple": "armv7-none-linux-gnueabihf", "mcpu": "cortex-a9", "mattr": ["+neon"]},
 }
-
-#: Targets whose device is simulated in this process.
-SIMULATED_TARGETS = ("sim", "tsim")
 
 
 class DevContext:
@@ -179,7 +181,8 @@ class Environment:
     # ------------------------------------------------------------------ targets
     @property
     def target_host(self):
-        """The host CPU target (llvm for sim/tsim, ARMv7 hard-float for Pynq, AArch64 for Ultra96)."""
+        """The host CPU target (llvm for sim/tsim, ARMv7 hard-float for Pynq and DE10-Nano, AArch64 for
+        Ultra96 and ZCU104)."""
         import tvm
         return tvm.target.Target(TARGET_HOSTS[self.TARGET])
 

@@ -10,11 +10,15 @@
 #include <tvm/ffi/reflection/registry.h>
 #include <tvm/runtime/device_api.h>
 
+#include <cstdio>
 #include <cstring>
+#include <exception>
 
 namespace {
 using namespace tvm;
 using namespace tvm::runtime;
+
+bool shutting_down = false;   // set at Python exit (vta_compiler/ext_dev.py registers the atexit hook)
 
 ffi::Function Need(const char* name) {
   auto f = ffi::Function::GetGlobal(name);
@@ -36,7 +40,14 @@ class VTADeviceAPI final : public DeviceAPI {
     return reinterpret_cast<void*>(addr);
   }
   void FreeDataSpace(Device, void* ptr) final {
-    Need("vta.runtime.HostFree")(reinterpret_cast<int64_t>(ptr));
+    // Called from destructors, so it must not throw: a failure is reported instead. Tensors still
+    // alive when Python exits are freed after the runtime is gone: their memory goes with the process.
+    if (shutting_down) return;
+    try {
+      Need("vta.runtime.HostFree")(reinterpret_cast<int64_t>(ptr));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "VTA ext_dev: could not free device memory at %p: %s\n", ptr, e.what());
+    }
   }
   void StreamSync(Device, TVMStreamHandle) final {}
   bool SupportsDevicePointerArithmeticsOnHost() final { return true; }
@@ -55,7 +66,8 @@ class VTADeviceAPI final : public DeviceAPI {
 
 TVM_FFI_STATIC_INIT_BLOCK() {
   namespace refl = tvm::ffi::reflection;
-  refl::GlobalDef().def_packed("vta.ext_dev.device_api", [](tvm::ffi::PackedArgs, tvm::ffi::Any* rv) {
-    *rv = static_cast<void*>(VTADeviceAPI::Global());
-  });
+  refl::GlobalDef()
+      .def_packed("vta.ext_dev.device_api",
+                  [](tvm::ffi::PackedArgs, tvm::ffi::Any* rv) { *rv = static_cast<void*>(VTADeviceAPI::Global()); })
+      .def("vta.ext_dev.Shutdown", []() { shutting_down = true; });
 }

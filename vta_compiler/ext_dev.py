@@ -11,6 +11,7 @@ compiler's message.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import os
@@ -87,8 +88,12 @@ def load() -> ctypes.CDLL:
     global _lib
     if _lib is None:
         from vta_runtime import tvm_bridge
+        path = library_path()
         tvm_bridge.register()
-        _lib = ctypes.CDLL(str(library_path()), mode=ctypes.RTLD_GLOBAL)
+        _lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        import tvm_ffi
+        # ext_dev tensors still alive at exit must not call into a Python that is shutting down
+        atexit.register(tvm_ffi.get_global_func("vta.ext_dev.Shutdown"))
     return _lib
 
 

@@ -201,18 +201,18 @@ class VtaCore(wiring.Component):
             m.d.sync += quiet_cnt.eq(0)
         settled = running & (quiet_cnt == QUIET_CYCLES)
 
-        # first instruction not yet retired (for DEADLOCK / UNBALANCED)
+        # first instruction not yet retired (for DEADLOCK / UNBALANCED), as a registered two-level
+        # minimum: it is only read once everything has been quiet for QUIET_CYCLES cycles
         heads = [(load.head_valid, load.head_index), (compute.head_valid, compute.head_index),
                  (store.head_valid, store.head_index), (~fetch.all_dispatched, fetch.dispatched)]
+        pairs = []
+        for k in range(0, len(heads), 2):
+            (va, ia), (vb, ib) = heads[k], heads[k + 1]
+            lo = Signal(INDEX_BITS + 1, name=f"first_{k // 2}")
+            m.d.sync += lo.eq(Mux(va & (~vb | (ia < ib)), ia, Mux(vb, ib, NO_INSN)))
+            pairs.append(lo)
         first = Signal(INDEX_BITS)
-        acc = Signal(INDEX_BITS + 1, name="first_acc_init")
-        m.d.comb += acc.eq(NO_INSN)
-        cur = acc
-        for k, (v, ix) in enumerate(heads):
-            nxt = Signal(INDEX_BITS, name=f"first_{k}")
-            m.d.comb += nxt.eq(Mux(v & (ix < cur), ix, cur))
-            cur = nxt
-        m.d.comb += first.eq(cur)
+        m.d.sync += first.eq(Mux(pairs[0] < pairs[1], pairs[0], pairs[1]))
         tokens_zero = ~(tok["l2g"].avail | tok["g2l"].avail | tok["g2s"].avail | tok["s2g"].avail)
         balanced = fetch.all_dispatched & ~load.head_valid & ~compute.head_valid & ~store.head_valid & tokens_zero
 

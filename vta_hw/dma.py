@@ -7,6 +7,11 @@ or narrower (several per beat; a row may then start inside a beat, e.g. UOP load
 
 ``DmaWriter`` does the reverse for elements at least one beat wide (STORE).
 
+Timing (``vta_hw.timing``): a row command is first registered, then checked and turned into a
+burst count in the next cycle (narrow arithmetic: the count of beats only needs the offset inside
+the first beat); the length of the next burst is computed a cycle ahead, so a new burst can be
+issued at most every other cycle (a burst is at least one beat, and usually many).
+
 Both accept ``halt``: no new bursts are issued, read data still owed by the bus is accepted and
 dropped, write bursts already announced are completed with zero strobes, so the bus is never left
 hanging. ``idle`` is true when no transaction is outstanding. A bus error response, or a row that
@@ -36,31 +41,67 @@ def _log2(x: int) -> int:
 
 
 class _BurstSplitter:
-    """Shared burst-splitting logic: holds the rest of a row and produces the next burst."""
+    """Shared burst-splitting logic: a registered row command, then the rest of the row, and the
+    length of its next burst (registered: ``n`` is valid when ``n_valid``)."""
 
     def __init__(self, m: Module, elem_bytes: int, beat_bytes: int, max_beats: int = MAX_BURST_BEATS):
         self.log_b = _log2(beat_bytes)
         self.log_e = _log2(elem_bytes)
         beats_bits = COUNT_BITS + max(self.log_e - self.log_b, 0) + 2
-        self.cur = Signal(WIDE_ADDR_BITS)
+        # the registered row command
+        self.q_valid = Signal()
+        self.q_addr = Signal(ADDR_BITS)
+        self.q_count = Signal(COUNT_BITS)
+        self.q_nonempty = Signal()
+        self.q_bytes_m1 = Signal(COUNT_BITS + self.log_e)   # row bytes - 1
+        self.q_high = Signal()                               # the row starts at or past 2^32
+        self.q_past = Signal()                               # the row starts past 2^32
+        self.q_round = Signal(self.log_b + 1)                # offset inside the first beat + beat - 1
+        # the row being split into bursts
+        self.cur = Signal(ADDR_BITS)
         self.beats_left = Signal(beats_bits)
         self.active = Signal()
+        self.n = Signal(range(max_beats + 1))
+        self.n_valid = Signal()
         to_boundary = Signal(range(BOUNDARY_BYTES // beat_bytes + 1))
         m.d.comb += to_boundary.eq((BOUNDARY_BYTES - self.cur[:_log2(BOUNDARY_BYTES)]) >> self.log_b)
         n = Signal(range(max_beats + 1))
         m.d.comb += n.eq(Mux(self.beats_left < max_beats, self.beats_left, max_beats))
-        self.n = Signal(range(max_beats + 1))
-        m.d.comb += self.n.eq(Mux(to_boundary < n, to_boundary, n))
+        m.d.sync += [self.n.eq(Mux(to_boundary < n, to_boundary, n)), self.n_valid.eq(self.active)]
 
-    def start(self, m: Module, addr, count):
-        """Statements for a new row; returns (overflow, nonempty) expressions."""
-        end = Signal(WIDE_ADDR_BITS + 1)
-        first = Signal(WIDE_ADDR_BITS)
-        m.d.comb += [end.eq(addr + (count << self.log_e)),
-                     first.eq(addr >> self.log_b)]
-        last_excl = (end + (1 << self.log_b) - 1) >> self.log_b
-        overflow = end > (1 << ADDR_BITS)
-        return end, first, last_excl, overflow
+    def take(self, m: Module, addr, count):
+        """Statements that register a row command (the caller checks ``~q_valid``)."""
+        m.d.sync += [
+            self.q_valid.eq(1), self.q_addr.eq(addr[:ADDR_BITS]), self.q_count.eq(count),
+            self.q_nonempty.eq(count != 0), self.q_high.eq(addr[ADDR_BITS:] != 0),
+            self.q_past.eq(addr > (1 << ADDR_BITS)),
+            self.q_bytes_m1.eq(Cat(Const(-1, self.log_e), count - 1) if self.log_e else count - 1),
+            self.q_round.eq(addr[:self.log_b] + ((1 << self.log_b) - 1)),
+        ]
+
+    def start(self, m: Module):
+        """Statements that start splitting the registered row; returns (overflow, nonempty): the
+        row ends past 2^32, the row has elements."""
+        end_carry = Signal()
+        m.d.comb += end_carry.eq((self.q_addr + self.q_bytes_m1)[ADDR_BITS])
+        overflow = Mux(self.q_nonempty, self.q_high | end_carry, self.q_past)
+        m.d.sync += [self.q_valid.eq(0), self.n_valid.eq(0)]
+        with m.If(~overflow & self.q_nonempty):
+            m.d.sync += [self.active.eq(1), self.cur.eq(self.q_addr >> self.log_b << self.log_b),
+                         self.beats_left.eq((self.q_round + (self.q_count << self.log_e)) >> self.log_b)]
+        return overflow, self.q_nonempty
+
+    def issue(self, m: Module):
+        """Statements that issue the next burst of ``n`` beats (the caller checks ``n_valid``)."""
+        m.d.sync += [self.cur.eq(self.cur + (self.n << self.log_b)), self.beats_left.eq(self.beats_left - self.n),
+                     self.n_valid.eq(0)]
+        with m.If(self.beats_left == self.n):
+            m.d.sync += self.active.eq(0)
+
+    def stop(self, m: Module, halt):
+        """``halt`` drops the row and the registered command (add after the other statements)."""
+        with m.If(halt):
+            m.d.sync += [self.active.eq(0), self.q_valid.eq(0)]
 
 
 class DmaReader(wiring.Component):
@@ -111,34 +152,32 @@ class DmaReader(wiring.Component):
             m.d.sync += ar_valid.eq(0)
 
         cmd = self.cmd.payload
-        end, first, last_excl, overflow = sp.start(m, cmd.addr, cmd.count)
-        can_take = ~sp.active & ~self.halt
+        m.d.comb += self.cmd.ready.eq(~sp.q_valid & ~self.halt)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            sp.take(m, cmd.addr, cmd.count)
+        can_start = sp.q_valid & ~sp.active & ~self.halt
         if narrow:
-            can_take &= rows.w_rdy
-        m.d.comb += self.cmd.ready.eq(can_take)
-        with m.If(self.cmd.valid & can_take):
+            can_start &= rows.w_rdy
+        with m.If(can_start):
+            overflow, nonempty = sp.start(m)
             with m.If(overflow):
-                m.d.sync += [self.error.eq(1), self.error_addr.eq(cmd.addr[:ADDR_BITS])]
-            with m.Elif(cmd.count != 0):
-                m.d.sync += [sp.active.eq(1), sp.cur.eq(first << sp.log_b), sp.beats_left.eq(last_excl - first)]
-                if narrow:
-                    m.d.comb += [rows.w_en.eq(1), info_w.count.eq(cmd.count),
-                                 info_w.skip.eq(cmd.addr[_log2(eb):_log2(bb)])]
+                m.d.sync += [self.error.eq(1), self.error_addr.eq(sp.q_addr)]
+            if narrow:
+                with m.If(~overflow & nonempty):
+                    m.d.comb += [rows.w_en.eq(1), info_w.count.eq(sp.q_count),
+                                 info_w.skip.eq(sp.q_addr[_log2(eb):_log2(bb)])]
 
         slot_free = ~ar_valid | ar.ready
-        with m.If(sp.active & slot_free & (outstanding < self.max_outstanding) & ~self.halt):
+        with m.If(sp.active & sp.n_valid & slot_free & (outstanding < self.max_outstanding) & ~self.halt):
             m.d.comb += issued.eq(1)
-            m.d.sync += [ar_valid.eq(1), ar_addr.eq(sp.cur[:ADDR_BITS]), ar_len.eq(sp.n - 1),
-                         sp.cur.eq(sp.cur + (sp.n << sp.log_b)), sp.beats_left.eq(sp.beats_left - sp.n)]
-            with m.If(sp.beats_left == sp.n):
-                m.d.sync += sp.active.eq(0)
-        with m.If(self.halt):
-            m.d.sync += sp.active.eq(0)
+            m.d.sync += [ar_valid.eq(1), ar_addr.eq(sp.cur), ar_len.eq(sp.n - 1)]
+            sp.issue(m)
+        sp.stop(m, self.halt)
 
         with m.If(r.valid & r.ready & (r.payload.resp != 0)):
             m.d.sync += [self.error.eq(1), self.error_addr.eq(ar_addr)]
 
-        m.d.comb += self.idle.eq((outstanding == 0) & ~sp.active & ~ar_valid)
+        m.d.comb += self.idle.eq((outstanding == 0) & ~sp.active & ~sp.q_valid & ~ar_valid)
 
         # ---- data side
         if not narrow:
@@ -229,24 +268,20 @@ class DmaWriter(wiring.Component):
             m.d.sync += aw_valid.eq(0)
 
         cmd = self.cmd.payload
-        end, first, last_excl, overflow = sp.start(m, cmd.addr, cmd.count)
-        can_take = ~sp.active & ~self.halt
-        m.d.comb += self.cmd.ready.eq(can_take)
-        with m.If(self.cmd.valid & can_take):
+        m.d.comb += self.cmd.ready.eq(~sp.q_valid & ~self.halt)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            sp.take(m, cmd.addr, cmd.count)
+        with m.If(sp.q_valid & ~sp.active & ~self.halt):
+            overflow, _ = sp.start(m)
             with m.If(overflow):
-                m.d.sync += [self.error.eq(1), self.error_addr.eq(cmd.addr[:ADDR_BITS])]
-            with m.Elif(cmd.count != 0):
-                m.d.sync += [sp.active.eq(1), sp.cur.eq(first << sp.log_b), sp.beats_left.eq(last_excl - first)]
+                m.d.sync += [self.error.eq(1), self.error_addr.eq(sp.q_addr)]
 
         slot_free = ~aw_valid | aw.ready
-        with m.If(sp.active & slot_free & lens.w_rdy & (outstanding < self.max_outstanding) & ~self.halt):
+        with m.If(sp.active & sp.n_valid & slot_free & lens.w_rdy & (outstanding < self.max_outstanding) & ~self.halt):
             m.d.comb += [issued.eq(1), lens.w_en.eq(1), lens.w_data.eq(sp.n)]
-            m.d.sync += [aw_valid.eq(1), aw_addr.eq(sp.cur[:ADDR_BITS]), aw_len.eq(sp.n - 1),
-                         sp.cur.eq(sp.cur + (sp.n << sp.log_b)), sp.beats_left.eq(sp.beats_left - sp.n)]
-            with m.If(sp.beats_left == sp.n):
-                m.d.sync += sp.active.eq(0)
-        with m.If(self.halt):
-            m.d.sync += sp.active.eq(0)
+            m.d.sync += [aw_valid.eq(1), aw_addr.eq(sp.cur), aw_len.eq(sp.n - 1)]
+            sp.issue(m)
+        sp.stop(m, self.halt)
 
         # ---- W side
         wrem = Signal(9)
@@ -280,5 +315,5 @@ class DmaWriter(wiring.Component):
         with m.If(self.inp.valid & take):
             m.d.sync += [ebuf.eq(self.inp.payload), ecnt.eq(ratio), evalid.eq(1)]
 
-        m.d.comb += self.idle.eq((outstanding == 0) & ~sp.active & ~aw_valid & ~wactive & ~lens.r_rdy)
+        m.d.comb += self.idle.eq((outstanding == 0) & ~sp.active & ~sp.q_valid & ~aw_valid & ~wactive & ~lens.r_rdy)
         return m

@@ -4,13 +4,15 @@ Instructions are read in chunks into a small buffer; a chunk is requested only w
 has room for all of it, so read data is never held up on the bus by a full command queue.
 Each instruction goes through two stages: decode (opcode, memory type, dependency flags, ALU
 opcode, uop range, store padding) and range check (SRAM extent of loads and stores, which needs
-a multiply), then into the load, compute or store command queue together with its index.
+a multiply), then into the load, compute or store command queue together with its index. The
+multiply is pipelined (the DSP's input, product and output registers), so a load or store waits
+``RANGE_CHECK_CYCLES`` cycles in the second stage; other instructions pass in one.
 An illegal instruction is not dispatched: fetch reports it and stops (spec 2.2, README "Bad input").
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -22,6 +24,8 @@ from .dma import WIDE_ADDR_BITS, DmaReader
 from .layouts import INDEX_BITS
 
 STAGE_LOAD, STAGE_COMPUTE, STAGE_STORE = 0, 1, 2
+#: cycles a load or store spends in the range-check stage (operands, product, output registers)
+RANGE_CHECK_CYCLES = 3
 
 
 class Fetch(wiring.Component):
@@ -67,26 +71,28 @@ class Fetch(wiring.Component):
         m.d.comb += [reader.halt.eq(self.halt | halted), self.dma_error.eq(reader.error),
                      self.dma_error_addr.eq(reader.error_addr)]
 
-        # ---- chunked requests
+        # ---- chunked requests; the size of the next chunk is registered (stale for a cycle after a
+        # request or START, so requests are at most every other cycle: a chunk is `chunk` instructions)
         remaining = Signal(32)
         next_addr = Signal(WIDE_ADDR_BITS)
         inflight = Signal(range(self.buffer_depth + 1))
         reserved = Signal(range(2 * self.buffer_depth + 1))
         n = Signal(range(self.chunk + 1))
+        n_fresh = Signal()
+        m.d.sync += [n.eq(Mux(remaining < self.chunk, remaining, self.chunk)), n_fresh.eq(1)]
         m.d.comb += [
             reserved.eq(buf.level + inflight),
-            n.eq(Mux(remaining < self.chunk, remaining, self.chunk)),
             reader.cmd.payload.addr.eq(next_addr), reader.cmd.payload.count.eq(n),
         ]
         can_issue = Signal()
-        m.d.comb += can_issue.eq((remaining != 0) & (reserved + n <= self.buffer_depth) & ~halted & ~self.halt)
+        m.d.comb += can_issue.eq(n_fresh & (n != 0) & (reserved + n <= self.buffer_depth) & ~halted & ~self.halt)
         m.d.comb += reader.cmd.valid.eq(can_issue)
         issue = reader.cmd.valid & reader.cmd.ready
         got = reader.out.valid & reader.out.ready
         m.d.comb += [buf.w_en.eq(reader.out.valid), buf.w_data.eq(reader.out.payload), reader.out.ready.eq(buf.w_rdy)]
         m.d.sync += inflight.eq(inflight + Mux(issue, n, 0) - got)
         with m.If(issue):
-            m.d.sync += [remaining.eq(remaining - n), next_addr.eq(next_addr + (n << 4))]
+            m.d.sync += [remaining.eq(remaining - n), next_addr.eq(next_addr + (n << 4)), n_fresh.eq(0)]
 
         # ---- stage A: decode + static checks
         a_insn = buf.r_data
@@ -133,23 +139,31 @@ class Fetch(wiring.Component):
         b_rows = Signal(18)
         b_cols = Signal(18)
         b_check = Signal()
-        b_base = Signal(16)
-        b_depth = Signal(range(max(cfg.UOP_BUFF_DEPTH, cfg.INP_BUFF_DEPTH, cfg.WGT_BUFF_DEPTH,
-                                   cfg.ACC_BUFF_DEPTH) + 1))
+        max_depth = max(cfg.UOP_BUFF_DEPTH, cfg.INP_BUFF_DEPTH, cfg.WGT_BUFF_DEPTH, cfg.ACC_BUFF_DEPTH)
         b_mt = Signal(3)
         b_finish = Signal()
         index = Signal(INDEX_BITS)
 
         queues = {STAGE_LOAD: self.load_q, STAGE_COMPUTE: self.compute_q, STAGE_STORE: self.store_q}
-        extent = Signal(36)
-        m.d.comb += extent.eq(b_base + b_rows * b_cols)
-        range_bad = b_check & (extent > b_depth)
+        # extent = base + rows*cols must not pass the depth: rows*cols > depth - base (b_room, signed)
+        b_room = Signal(range(-(1 << 16), max_depth + 1))
+        b_base_m1 = Signal(signed(18))
+        prod_m = Signal(36)       # the DSP's product register
+        prod_p = Signal(36)       # its output register
+        extent_m1 = Signal(signed(38))
+        m.d.sync += [prod_m.eq(b_rows * b_cols), prod_p.eq(prod_m), extent_m1.eq(b_base_m1 + prod_p)]
+        b_age = Signal(range(RANGE_CHECK_CYCLES + 1))   # cycles since the instruction entered stage B
+        with m.If(b_age != RANGE_CHECK_CYCLES):
+            m.d.sync += b_age.eq(b_age + 1)
+        checked = b_age >= RANGE_CHECK_CYCLES - 1        # prod_p holds this instruction's product
+        range_bad = b_check & checked & (prod_p > b_room)
+        reported = b_age == RANGE_CHECK_CYCLES          # extent_m1 holds base + product - 1
         ready = Signal()
         for st, q in queues.items():
             m.d.comb += [q.payload.insn.eq(b_insn), q.payload.index.eq(index)]
             with m.If(b_stage == st):
                 m.d.comb += ready.eq(q.ready)
-        b_ok = b_valid & (b_code == 0) & ~range_bad & ~halted & ~self.halt
+        b_ok = b_valid & (b_code == 0) & (~b_check | checked) & ~range_bad & ~halted & ~self.halt
         for st, q in queues.items():
             m.d.comb += q.valid.eq(b_ok & (b_stage == st))
         dispatch = b_ok & ready
@@ -158,18 +172,18 @@ class Fetch(wiring.Component):
             with m.If(b_finish):
                 # nothing after FINISH is dispatched: it is left over (the core reports UNBALANCED)
                 m.d.sync += [self.saw_finish.eq(1), halted.eq(1)]
-        with m.If(b_valid & ~halted & ~self.halt & ((b_code != 0) | range_bad)):
+        with m.If(b_valid & ~halted & ~self.halt & ((b_code != 0) | (range_bad & reported))):
             m.d.sync += [halted.eq(1), self.error.eq(1), self.error_index.eq(index)]
             with m.If(b_code != 0):
                 m.d.sync += [self.error_code.eq(b_code), self.error_info.eq(b_info), self.error_detail.eq(b_detail)]
             with m.Else():
-                m.d.sync += [self.error_code.eq(ErrorCode.SRAM_RANGE), self.error_info.eq(extent - 1),
+                m.d.sync += [self.error_code.eq(ErrorCode.SRAM_RANGE), self.error_info.eq(extent_m1),
                              self.error_detail.eq(b_mt)]
 
         load_b = ~b_valid | dispatch
         with m.If(load_b & buf.r_rdy & ~halted & ~self.halt):
             m.d.comb += buf.r_en.eq(1)
-            depth = Signal.like(b_depth)
+            depth = Signal(range(max_depth + 1))
             with m.Switch(mt):
                 for t, d in ((MemType.UOP, cfg.UOP_BUFF_DEPTH), (MemType.WGT, cfg.WGT_BUFF_DEPTH),
                              (MemType.INP, cfg.INP_BUFF_DEPTH), (MemType.ACC, cfg.ACC_BUFF_DEPTH),
@@ -181,23 +195,23 @@ class Fetch(wiring.Component):
             m.d.sync += [
                 b_valid.eq(1), b_insn.eq(a_insn), b_stage.eq(a_stage), b_code.eq(a_code), b_info.eq(a_info),
                 b_detail.eq(a_detail), b_rows.eq(mem.y_size + pads_y), b_cols.eq(mem.x_size + pads_x),
-                b_check.eq((is_load | is_store) & (mem.x_size != 0)), b_base.eq(mem.sram_base),
-                b_depth.eq(depth), b_mt.eq(mt), b_finish.eq(is_finish),
+                b_check.eq((is_load | is_store) & (mem.x_size != 0)), b_room.eq(depth - mem.sram_base),
+                b_base_m1.eq(mem.sram_base - 1), b_mt.eq(mt), b_finish.eq(is_finish), b_age.eq(0),
             ]
 
         with m.If(self.halt):
             m.d.sync += halted.eq(1)
 
         with m.If(self.start):
-            m.d.sync += [remaining.eq(self.insn_count), next_addr.eq(self.insn_addr)]
+            m.d.sync += [remaining.eq(self.insn_count), next_addr.eq(self.insn_addr), n_fresh.eq(0)]
 
         m.d.comb += [
             self.dispatched.eq(index),
             self.all_dispatched.eq(index == self.insn_count),
             self.busy.eq(~self.all_dispatched & ~halted & ~self.halt),
-            self.stall.eq(b_valid & (b_code == 0) & ~range_bad & ~ready & ~halted),
+            self.stall.eq(b_valid & (b_code == 0) & (~b_check | checked) & ~range_bad & ~ready & ~halted),
         ]
-        blocked = b_valid & ~dispatch & ~(b_code != 0) & ~range_bad
-        drained = ~b_valid & ~buf.r_rdy & ~can_issue & (inflight == 0)
+        blocked = b_valid & ~dispatch & ~(b_code != 0) & ~range_bad & (~b_check | checked)
+        drained = ~b_valid & ~buf.r_rdy & (inflight == 0) & ((remaining == 0) | self.halt)
         m.d.comb += self.quiet.eq(reader.idle & (halted | blocked | drained))
         return m

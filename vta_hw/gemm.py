@@ -1,68 +1,95 @@
 """The GEMM array: BATCH x BLOCK_OUT dot products of length BLOCK_IN per cycle, pipelined.
 
 Two int8 products share one multiplier: for output lanes n0 = 2j and n1 = 2j+1 and input x,
-``P = x * ((w1 << 16) + w0)`` (a 25x8-bit signed multiply, one DSP48) holds ``w1*x*2^16 + w0*x``.
-Since ``|w0*x| <= 2^14`` the low product is ``sext(P[15:0])`` and the high one is
-``(P >> 16) + P[15]`` (the borrow taken by a negative low half). The default 1x16x16 array thus
-needs 128 multipliers instead of 256 (xc7z020 has 220 DSP48E1).
+``P = x * ((w1 << 16) + w0) + 2^15`` (a 25x8-bit signed multiply and a constant add: one DSP48
+with its pre-adder, multiplier and post-adder) holds ``w1*x*2^16 + (w0*x + 2^15)``. Since
+``|w0*x| <= 2^14`` the low half ``w0*x + 2^15`` lies in [0, 2^16): the high product is
+``P >> 16`` and the low one is ``P[15:0] - 2^15`` (bit 15 flipped, sign-extended), with no
+borrow to correct. The default 1x16x16 array thus needs 128 multipliers instead of 256 (xc7z020
+has 220 DSP48E1).
 
-Latency: operands presented in cycle t give ``dot`` in cycle t + LATENCY.
+Pipeline (timing, see ``vta_hw.timing``): operand registers (the DSP's input registers), the
+product (its M register), P (its P register), then a balanced adder tree with a register after
+every ``ADDS_PER_STAGE`` levels and at its output. Operands presented in cycle t give ``dot`` in
+cycle t + ``latency``; the caller budgets ``latency`` cycles and the array checks, when it is
+built, that its tree fits them.
+
+The packing pays where a DSP is one wide multiplier (DSP48: 25x18). A Cyclone V variable-precision
+DSP block is one 27x27, two 18x19 or three 9x9 multipliers: the 25x8 packed product takes a whole
+block for two products, plain 8x8 products fit three to a block. A platform whose
+``vta_pack_int8_products`` is false (``boards.cyclonev``) gets one plain product per multiplier;
+``packed`` overrides the platform. Both have the same latency and results.
 """
 
 from __future__ import annotations
+
+import math
 
 from amaranth.hdl import Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 PACK_SHIFT = 16
+PACK_BIAS = 1 << (PACK_SHIFT - 1)
+#: adder-tree levels between two registers (two ~20-bit carry chains in a row)
+ADDS_PER_STAGE = 2
+#: registers before the tree: operands, product (M), P
+PRODUCT_STAGES = 3
 
 
-def _tree(m: Module, terms: list, width: int, register_every: int, name: str) -> tuple:
-    """Balanced adder tree; inserts a register stage after every ``register_every`` levels.
-    Returns (result, number of register stages inserted)."""
-    level = 0
-    stages = 0
-    while len(terms) > 1:
-        nxt = []
-        for i in range(0, len(terms), 2):
-            if i + 1 < len(terms):
-                nxt.append(terms[i] + terms[i + 1])
-            else:
-                nxt.append(terms[i])
-        level += 1
-        if register_every and level % register_every == 0 and len(nxt) > 1:
-            regs = []
-            for k, t in enumerate(nxt):
-                r = Signal(signed(width), name=f"{name}_l{level}_{k}")
-                m.d.sync += r.eq(t)
-                regs.append(r)
-            nxt = regs
-            stages += 1
-        terms = nxt
-    return terms[0], stages
+class DotArrayLatencyError(ValueError):
+    """The adder tree needs more register stages than the latency the caller budgets for it."""
+
+
+def tree_stages(block_in: int, adds_per_stage: int = ADDS_PER_STAGE) -> int:
+    """Register stages of the adder tree over ``block_in`` terms (the last one at its output)."""
+    return max(1, math.ceil(math.ceil(math.log2(block_in)) / adds_per_stage)) if block_in > 1 else 1
+
+
+def _tree(m: Module, terms: list, width: int, adds_per_stage: int, name: str) -> tuple:
+    """Balanced adder tree with a register after every ``adds_per_stage`` levels and at its
+    output. Returns (registered sum, number of register stages)."""
+    stages = level = 0
+    while True:
+        if len(terms) > 1:
+            terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+            level += 1
+        if len(terms) == 1 or level % adds_per_stage == 0:
+            regs = [Signal(signed(width), name=f"{name}_s{stages}_{k}") for k in range(len(terms))]
+            m.d.sync += [r.eq(t) for r, t in zip(regs, terms)]
+            terms, stages = regs, stages + 1
+        if len(terms) == 1:
+            return terms[0], stages
 
 
 class DotArray(wiring.Component):
-    #: cycles from ``inp``/``wgt`` to ``dot``
-    LATENCY = 4
-
-    def __init__(self, batch: int, block_in: int, block_out: int, inp_bits: int = 8, wgt_bits: int = 8):
+    def __init__(self, batch: int, block_in: int, block_out: int, inp_bits: int = 8, wgt_bits: int = 8,
+                 latency: int | None = None, adds_per_stage: int = ADDS_PER_STAGE, packed: bool | None = None):
         assert inp_bits == 8 and wgt_bits == 8, "the packed multiplier is written for int8 operands"
         assert block_out % 2 == 0
         self.batch, self.block_in, self.block_out = batch, block_in, block_out
+        self.adds_per_stage = adds_per_stage
+        self.packed = packed
         self.sum_bits = 2 * 8 + block_in.bit_length() + 1
+        #: cycles from ``inp``/``wgt`` to ``dot``
+        self.latency = self.latency_for(block_in, adds_per_stage) if latency is None else latency
         super().__init__({
             "inp": In(batch * block_in * 8),
             "wgt": In(block_out * block_in * 8),
             "dot": Out(signed(self.sum_bits)).array(batch * block_out),
         })
 
+    @staticmethod
+    def latency_for(block_in: int, adds_per_stage: int = ADDS_PER_STAGE) -> int:
+        return PRODUCT_STAGES + tree_stages(block_in, adds_per_stage)
+
     def elaborate(self, platform):
+        packed = self.packed if self.packed is not None else getattr(platform, "vta_pack_int8_products", True)
+        if not packed:
+            return self._elaborate_plain()
         m = Module()
         bt, bi, bo = self.batch, self.block_in, self.block_out
-        sw = self.sum_bits
-        # stage 0: operand registers (x and the packed weight pair)
+        # operand registers (x and the packed weight pair): the DSP's input registers
         x = [[Signal(signed(8), name=f"x_{b}_{k}") for k in range(bi)] for b in range(bt)]
         packed = [[Signal(signed(25), name=f"wp_{j}_{k}") for k in range(bi)] for j in range(bo // 2)]
         for b in range(bt):
@@ -74,27 +101,53 @@ class DotArray(wiring.Component):
                 w0 = self.wgt[8 * ((2 * j) * bi + k):][:8].as_signed()
                 w1 = self.wgt[8 * ((2 * j + 1) * bi + k):][:8].as_signed()
                 m.d.sync += packed[j][k].eq((w1 << PACK_SHIFT) + w0)
-        # stage 1: packed products (one multiplier each); stage 2: split and sum
         for b in range(bt):
             for j in range(bo // 2):
                 lo_terms, hi_terms = [], []
                 for k in range(bi):
-                    p = Signal(signed(34), name=f"p_{b}_{j}_{k}")
-                    m.d.sync += p.eq(packed[j][k] * x[b][k])
-                    lo = Signal(signed(17), name=f"lo_{b}_{j}_{k}")
-                    hi = Signal(signed(19), name=f"hi_{b}_{j}_{k}")
-                    m.d.comb += [lo.eq(p[:PACK_SHIFT].as_signed()), hi.eq((p >> PACK_SHIFT) + p[PACK_SHIFT - 1])]
-                    lo_terms.append(lo)
-                    hi_terms.append(hi)
+                    prod = Signal(signed(34), name=f"m_{b}_{j}_{k}")    # the DSP's M register
+                    p = Signal(signed(34), name=f"p_{b}_{j}_{k}")       # its P register (post-adder)
+                    m.d.sync += [prod.eq(packed[j][k] * x[b][k]), p.eq(prod + PACK_BIAS)]
+                    lo_terms.append((p[:PACK_SHIFT] ^ PACK_BIAS).as_signed())
+                    hi_terms.append(p[PACK_SHIFT:].as_signed())
                 for n, terms in ((2 * j, lo_terms), (2 * j + 1, hi_terms)):
-                    s, stages = _tree(m, terms, sw, 2, f"t_{b}_{n}")
-                    out = Signal(signed(sw), name=f"dot_{b}_{n}")
-                    # pad to a fixed latency: stage 2 + 3 registers after the multiply in total
-                    chain = s
-                    for k in range(2 - stages):
-                        r = Signal(signed(sw), name=f"dpad_{b}_{n}_{k}")
-                        m.d.sync += r.eq(chain)
-                        chain = r
-                    m.d.comb += out.eq(chain)
-                    m.d.comb += self.dot[b * bo + n].eq(out)
+                    m.d.comb += self.dot[b * bo + n].eq(self._sum(m, terms, f"{b}_{n}"))
+        return m
+
+    def _sum(self, m: Module, terms: list, name: str):
+        """The adder tree over one dot product's terms, padded to the latency the caller budgets."""
+        s, stages = _tree(m, terms, self.sum_bits, self.adds_per_stage, f"t_{name}")
+        pad = self.latency - PRODUCT_STAGES - stages
+        if pad < 0:
+            raise DotArrayLatencyError(
+                f"DotArray({self.batch}, {self.block_in}, {self.block_out}): the adder tree over {self.block_in} "
+                f"terms needs {stages} register stages at {self.adds_per_stage} adds per stage, but the latency "
+                f"of {self.latency} cycles leaves room for {self.latency - PRODUCT_STAGES}")
+        for k in range(pad):
+            r = Signal(signed(self.sum_bits), name=f"dpad_{name}_{k}")
+            m.d.sync += r.eq(s)
+            s = r
+        return s
+
+    def _elaborate_plain(self) -> Module:
+        """One 8x8 product per multiplier (a 9x9 DSP mode), the same stages as the packed array."""
+        m = Module()
+        bt, bi, bo = self.batch, self.block_in, self.block_out
+        x = [[Signal(signed(8), name=f"x_{b}_{k}") for k in range(bi)] for b in range(bt)]
+        w = [[Signal(signed(8), name=f"w_{n}_{k}") for k in range(bi)] for n in range(bo)]
+        for b in range(bt):
+            for k in range(bi):
+                m.d.sync += x[b][k].eq(self.inp[8 * (b * bi + k):][:8].as_signed())
+        for n in range(bo):
+            for k in range(bi):
+                m.d.sync += w[n][k].eq(self.wgt[8 * (n * bi + k):][:8].as_signed())
+        for b in range(bt):
+            for n in range(bo):
+                terms = []
+                for k in range(bi):
+                    prod = Signal(signed(16), name=f"m_{b}_{n}_{k}")    # the multiplier's output register
+                    p = Signal(signed(16), name=f"p_{b}_{n}_{k}")       # its second (P) register
+                    m.d.sync += [prod.eq(w[n][k] * x[b][k]), p.eq(prod)]
+                    terms.append(p)
+                m.d.comb += self.dot[b * bo + n].eq(self._sum(m, terms, f"{b}_{n}"))
         return m

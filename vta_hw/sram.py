@@ -1,18 +1,26 @@
 """A simple dual-port SRAM (one synchronous read port, one write port) that infers block RAM.
 
-The read port is not transparent: a read in the same cycle as a write to the same address returns
-the old contents. Users that need the new value forward it themselves (see ``compute.py``).
+Every read is registered twice: the block RAM's own read register and its output register
+(Vivado maps it to DOA_REG/DOB_REG), so no logic ever waits on a block RAM's slow clock-to-out
+(``vta_hw.timing``). Data for the address presented in cycle t arrive in cycle t +
+``READ_LATENCY``. The read port is not transparent: a read in the same cycle as a write to the
+same address returns the old contents. Users that need the new value forward it themselves (see
+``tensor_compute.py``).
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
+#: cycles from ``rd.addr`` to ``rd.data``
+READ_LATENCY = 2
+
 
 class SramReadSignature(wiring.Signature):
-    """Read port, from the reader's side: present ``addr`` in cycle t, get ``data`` in cycle t+1."""
+    """Read port, from the reader's side: present ``addr`` in cycle t, get ``data`` in cycle
+    t + READ_LATENCY."""
 
     def __init__(self, addr_bits: int, data_bits: int):
         super().__init__({"addr": Out(addr_bits), "data": In(data_bits)})
@@ -41,6 +49,8 @@ class Sram(wiring.Component):
         m.submodules.mem = mem = memory.Memory(shape=self.data_bits, depth=self.depth, init=[])
         rp = mem.read_port()
         wp = mem.write_port()
-        m.d.comb += [rp.addr.eq(self.rd.addr), self.rd.data.eq(rp.data),
+        data_q = Signal(self.data_bits)      # the output register
+        m.d.sync += data_q.eq(rp.data)
+        m.d.comb += [rp.addr.eq(self.rd.addr), self.rd.data.eq(data_q),
                      wp.addr.eq(self.wr.addr), wp.data.eq(self.wr.data), wp.en.eq(self.wr.en)]
         return m

@@ -1,7 +1,8 @@
 """Store: OUT SRAM -> DRAM rows (spec 2.11) from the store command queue.
 
 ``DRAM_out[dram_base + r*x_stride + c] = OUT[sram_base + r*x_size + c]``. OUT elements are read
-one per cycle into a small prefetch FIFO that feeds the ``DmaWriter``. The instruction retires
+one per cycle (each arrives ``READ_LATENCY`` cycles later) into a small prefetch FIFO that feeds
+the ``DmaWriter``. The instruction retires
 (and pushes s2g) once every write response has come back. Dependency tokens: pop_prev waits on
 g2s, push_prev gives s2g. A store with x_size = 0 only does its token work.
 """
@@ -18,11 +19,11 @@ from .axi import WriteClientSignature
 from .cmdproc import drive_status, latch_error, module_status_members, sequence_commands
 from .dma import WIDE_ADDR_BITS, DmaWriter, _log2
 from .layouts import INDEX_BITS
-from .sram import SramReadSignature
+from .sram import READ_LATENCY, SramReadSignature
 
 
 class Store(wiring.Component):
-    PREFETCH = 4
+    PREFETCH = 3 + READ_LATENCY
 
     def __init__(self, layouts, data_bits: int):
         cfg = layouts.cfg
@@ -68,20 +69,21 @@ class Store(wiring.Component):
         rd_addr = Signal(self.addr_bits)
         r = Signal(16)
         c = Signal(16)
-        rd_pending = Signal()
+        pending = [Signal(name=f"rd_pending_{k}") for k in range(READ_LATENCY)]   # reads on their way
         m.d.comb += self.out_rd.addr.eq(rd_addr)
-        m.d.sync += rd_pending.eq(0)
-        room = pf.level + rd_pending < self.PREFETCH - 0
-        with m.If(rd_active & room & ~halt & ~(rd_pending & (pf.level + 1 >= self.PREFETCH))):
-            m.d.sync += [rd_pending.eq(1), rd_addr.eq(rd_addr + 1)]
-            m.d.comb += self.out_elem.eq(1)
+        issue = Signal()
+        m.d.sync += [pending[0].eq(issue)] + [pending[k].eq(pending[k - 1]) for k in range(1, READ_LATENCY)]
+        in_flight = sum(pending)
+        with m.If(rd_active & (pf.level + in_flight < self.PREFETCH) & ~halt):
+            m.d.comb += [issue.eq(1), self.out_elem.eq(1)]
+            m.d.sync += rd_addr.eq(rd_addr + 1)
             with m.If(c == mem.x_size - 1):
                 m.d.sync += [c.eq(0), r.eq(r + 1)]
                 with m.If(r == mem.y_size - 1):
                     m.d.sync += rd_active.eq(0)
             with m.Else():
                 m.d.sync += c.eq(c + 1)
-        m.d.comb += [pf.w_en.eq(rd_pending), pf.w_data.eq(self.out_rd.data),
+        m.d.comb += [pf.w_en.eq(pending[-1]), pf.w_data.eq(self.out_rd.data),
                      writer.inp.valid.eq(pf.r_rdy), writer.inp.payload.eq(pf.r_data), pf.r_en.eq(writer.inp.ready)]
         with m.If(halt):
             m.d.sync += [rd_active.eq(0), rows_left.eq(0)]
@@ -94,7 +96,7 @@ class Store(wiring.Component):
 
         idle, stalled, _ = sequence_commands(
             m, self, insn=insn, index=index, halt=halt, waiting=waiting, skip=(mem.x_size == 0) | (mem.y_size == 0),
-            done=~rd_active & ~rd_pending & ~pf.r_rdy & (rows_left == 0) & writer.idle, start=start,
+            done=~rd_active & (in_flight == 0) & ~pf.r_rdy & (rows_left == 0) & writer.idle, start=start,
             pop=[self.g2s_pop.eq(mem.pop_prev_dep)], push=[self.s2g_push.eq(mem.push_prev_dep)])
         drive_status(m, self, idle=idle, waiting=stalled, index=index, dma_idle=writer.idle, halt=halt)
         with m.If(~self.error & writer.error):

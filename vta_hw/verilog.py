@@ -21,7 +21,7 @@ BUILD_ROOT = REPO / "build"
 TOP_NAME = "vta_core"
 
 
-_NOT_HARDWARE = {"synth.py", "lint.py"}
+_NOT_HARDWARE = {"synth.py", "timing.py", "lint.py"}
 _SPEC_TOOLS = {"cli.py", "disasm.py", "disasm_cli.py"}
 
 

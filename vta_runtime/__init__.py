@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from . import native as _native
 from .command_queue import (
     COPY_DEVICE_DST,
     COPY_DEVICE_SRC,
@@ -12,6 +13,8 @@ from .command_queue import (
     DEBUG_FORCE_SERIAL,
     DEBUG_SKIP_READ_BARRIER,
     DEBUG_SKIP_WRITE_BARRIER,
+    MODE_ALU,
+    MODE_GEMM,
     CommandQueue,
     DataBuffer,
 )
@@ -39,16 +42,14 @@ from .errors import (
     UnbalancedTokensError,
     VTAError,
 )
-from .uop import MODE_ALU, MODE_GEMM, UopKernel
 
 _command_queue: CommandQueue | None = None
 
 
 def command_handle() -> CommandQueue:
     """The process-wide command queue (VTATLSCommandHandle), opened on the configured device on first use."""
-    global _command_queue
     if _command_queue is None:
-        _command_queue = CommandQueue(open_device())
+        set_command_queue(CommandQueue(open_device()))
     return _command_queue
 
 
@@ -61,20 +62,22 @@ def _release_device_buffers() -> None:
 
 
 def set_command_queue(queue: CommandQueue | None) -> None:
-    """Make ``queue`` the process-wide command queue (for example one over a tsim or board device)."""
+    """Make ``queue`` the process-wide command queue (for example one over a tsim or board device);
+    compiled code runs on it."""
     global _command_queue
     if queue is not _command_queue:
         _release_device_buffers()
     _command_queue = queue
+    if queue is not None or _native.loaded():   # (a queue has loaded the core; no queue needs none)
+        _native.func("SetCurrent")(0 if queue is None else queue.handle)
 
 
 def shutdown() -> None:
     """Drop the process-wide command queue (VTARuntimeShutdown)."""
-    global _command_queue
     _release_device_buffers()
     if _command_queue is not None:
         _command_queue.close()
-    _command_queue = None
+    set_command_queue(None)
 
 
 __all__ = [
@@ -83,6 +86,6 @@ __all__ = [
     "open_device", "ENTRY_POINT_GROUP", "device_factory", "device_targets", "register_device",
     "unregister_device", "DeadlockError", "DeviceError", "DeviceMemoryError", "DeviceTimeout", "DramAccessError",
     "IllegalInstructionError", "MissingFinishError", "ProgramError", "RuntimeUsageError", "SramIndexError",
-    "UnbalancedTokensError", "VTAError", "MODE_ALU", "MODE_GEMM", "UopKernel", "command_handle",
+    "UnbalancedTokensError", "VTAError", "MODE_ALU", "MODE_GEMM", "command_handle",
     "set_command_queue", "shutdown",
 ]

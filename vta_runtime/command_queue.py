@@ -1,26 +1,28 @@
 """The VTA runtime: a command queue that turns API calls into instruction and uop streams for a device.
 
-This is the Python form of the original C runtime (spec 4.2-4.4): buffers, 2-D loads and stores,
-uop kernels with their cache, dependency push/pop, and synchronize.
+This is the original C runtime's API (spec 4.2-4.4): buffers, 2-D loads and stores, uop kernels
+with their cache, dependency push/pop, and synchronize. The per-instruction work (the instruction
+queue and its tokens, uop kernels, the UOP SRAM residency, automatic flushes) is done by the
+runtime's C++ core (``runtime.cc``), which compiled code calls directly; this class is its Python
+face, and owns what stays in Python: the device, buffers, copies, and running finished streams.
 """
 
 from __future__ import annotations
 
 import sys
-from collections import Counter
+import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 import numpy as np
 
-from vta_hw.spec import INSN_BYTES, MAX_XFER, UOP_ELEM_BYTES, MemType, Opcode, Stage, disassemble
-from vta_hw.spec.isa import QUEUE_ENDS
+from vta_hw.spec import INSN_BYTES, MAX_XFER, UOP_ELEM_BYTES, MemType, disassemble
 
-from .device import Device
+from . import native
+from .device import Device, host_window
 from .errors import RuntimeUsageError
 from .insn_queue import InsnQueue
-from .uop import MODE_ALU, MODE_GEMM, UopKernel, UopResidency
 
 DEBUG_DUMP_INSN = 1 << 1
 DEBUG_DUMP_UOP = 1 << 2
@@ -32,9 +34,12 @@ DEBUG_FORCE_SERIAL = 1 << 5
 COPY_DEVICE_SRC = 1 << 1
 COPY_DEVICE_DST = 1 << 0
 
-_LOADABLE = {MemType.INP: "INP", MemType.WGT: "WGT", MemType.ACC: "ACC", MemType.UOP: "UOP"}
-#: Instructions the closing sequence of a flush may add (drain NOPs excluded).
+MODE_GEMM = 0
+MODE_ALU = 1
+#: Instructions the closing sequence of a flush may add (drain NOPs excluded); runtime.cc's kSyncReserve.
 _SYNC_RESERVE = 6
+#: kinds of kernel keys in the core: a compiled call site's static handle, a Python key, an integer handle
+_STATIC, _PYTHON, _INT = 0, 1, 2
 
 
 @dataclass(eq=False)
@@ -60,21 +65,65 @@ class CommandQueue:
             raise RuntimeUsageError(f"max_insns={max_insns} is too small to hold a synchronize sequence")
         self.max_insns = max_insns
         self.uop_capacity = uop_staging_bytes // UOP_ELEM_BYTES
-        self.debug_flags = debug_flags
         self.debug_stream = debug_stream
-        self.insn_queue = InsnQueue(self.isa)
-        self.residency = UopResidency(cfg.UOP_BUFF_DEPTH)
-        self.kernels: dict[tuple[Hashable, Any], UopKernel] = {}
-        self._recording: tuple[tuple[Hashable, Any], UopKernel] | None = None
-        self._staging: list[np.ndarray] = []
-        self._staged_uops = 0
         self._uop_buf: DataBuffer | None = None
         self._insn_buf: DataBuffer | None = None
-        self._elem_bytes = {MemType.INP: cfg.INP_ELEM_BYTES, MemType.WGT: cfg.WGT_ELEM_BYTES,
-                            MemType.ACC: cfg.ACC_ELEM_BYTES, MemType.OUT: cfg.OUT_ELEM_BYTES,
-                            MemType.UOP: cfg.UOP_ELEM_BYTES}
-        self._carry: Counter = Counter()   # tokens re-pushed after an automatic flush
+        self._pending_error: BaseException | None = None
+        self._key_ids: dict[tuple[Hashable, Any], int] = {}
+        self._key_of: dict[int, tuple[Hashable, Any]] = {}
         self.runs = 0
+        f = self._f = _Functions.get()
+        elem = [0] * 5
+        for mt, eb in ((MemType.UOP, cfg.UOP_ELEM_BYTES), (MemType.WGT, cfg.WGT_ELEM_BYTES),
+                       (MemType.INP, cfg.INP_ELEM_BYTES), (MemType.ACC, cfg.ACC_ELEM_BYTES),
+                       (MemType.OUT, cfg.OUT_ELEM_BYTES)):
+            elem[mt] = eb
+        me = weakref.ref(self)   # the core's callbacks must not keep the queue alive
+
+        def run(stream, uops, count, timeout, flags):
+            return me()._run_stream(bytes(stream), bytes(uops), int(count), float(timeout), int(flags))
+
+        def alloc_uops(nbytes):
+            return me()._alloc_uop_buffer(int(nbytes))
+
+        def window():
+            q = me()
+            base, size = host_window(q.device)
+            return [int(base), int(size), type(q.device).__name__]
+
+        def write(text):
+            print(str(text), end="", file=me().debug_stream or sys.stdout)
+
+        self._h = f.new(*native.spec_tables(self.isa), [max_insns, self.uop_capacity, cfg.UOP_BUFF_DEPTH, *elem],
+                        run, alloc_uops, window, write)
+        self._finalizer = weakref.finalize(self, f.free, self._h)
+        self.insn_queue = InsnQueue(self.isa, _handle=f.insns_of(self._h), _owner=self)
+        self.debug_flags = debug_flags
+
+    @property
+    def debug_flags(self) -> int:
+        return self._debug_flags
+
+    @debug_flags.setter
+    def debug_flags(self, flags: int) -> None:
+        self._debug_flags = int(flags)
+        self._f.set_debug(self._h, self._debug_flags)
+
+    @property
+    def handle(self) -> int:
+        """The core's queue (what ``vta.runtime.native.SetCurrent`` takes)."""
+        return self._h
+
+    def _call(self, fn, *args):
+        """Call the core; an exception raised by a device while the core ran a stream comes out as itself."""
+        self._pending_error = None
+        try:
+            return fn(*args)
+        except Exception:
+            exc, self._pending_error = self._pending_error, None
+            if exc is not None:
+                raise exc.with_traceback(exc.__traceback__) from None
+            raise
 
     # ------------------------------------------------------------------ buffers
     def buffer_alloc(self, nbytes: int) -> DataBuffer:
@@ -118,226 +167,123 @@ class CommandQueue:
         """Make device writes visible to the CPU: a no-op, device memory is coherent."""
 
     # ------------------------------------------------------------------ DMA
-    def _dram_base(self, buf: DataBuffer | int, elem_offset: int, memory_type: int, what: str) -> int:
-        phys = int(buf)
-        eb = self._elem_bytes[memory_type]
-        if phys % eb:
-            raise RuntimeUsageError(f"{what}: buffer address {phys:#x} is not aligned to the {eb}-byte element")
-        return phys // eb + int(elem_offset)
-
     def load_buffer_2d(self, src: DataBuffer | int, src_elem_offset: int, x_size: int, y_size: int, x_stride: int,
                        x_pad_before: int, y_pad_before: int, x_pad_after: int, y_pad_after: int,
                        dst_sram_index: int, dst_memory_type: int) -> None:
         """Append a 2-D LOAD of ``y_size`` rows of ``x_size`` elements into an on-chip buffer, zero-padded."""
-        if dst_memory_type not in _LOADABLE:
-            raise RuntimeUsageError(
-                f"load_buffer_2d: memory type {dst_memory_type} cannot be loaded; use INP(2), WGT(1), ACC(3) "
-                "or UOP(0) (ACC_8BIT is not supported, see README)")
-        self._reserve(1)
-        self.insn_queue.mem(
-            Opcode.LOAD, int(dst_memory_type), sram_base=int(dst_sram_index),
-            dram_base=self._dram_base(src, src_elem_offset, dst_memory_type, "load_buffer_2d"),
-            y_size=int(y_size), x_size=int(x_size), x_stride=int(x_stride),
-            y_pad_0=int(y_pad_before), y_pad_1=int(y_pad_after), x_pad_0=int(x_pad_before),
-            x_pad_1=int(x_pad_after))
+        self._call(self._f.load, self._h, int(src), int(src_elem_offset), int(x_size), int(y_size), int(x_stride),
+                   int(x_pad_before), int(y_pad_before), int(x_pad_after), int(y_pad_after), int(dst_sram_index),
+                   int(dst_memory_type))
 
     def store_buffer_2d(self, src_sram_index: int, src_memory_type: int, dst: DataBuffer | int,
                         dst_elem_offset: int, x_size: int, y_size: int, x_stride: int) -> None:
         """Append a 2-D STORE from the OUT buffer to device memory."""
-        if src_memory_type != MemType.OUT:
-            raise RuntimeUsageError(f"store_buffer_2d: only the OUT buffer (4) can be stored, got {src_memory_type}")
-        self._reserve(1)
-        self.insn_queue.mem(
-            Opcode.STORE, MemType.OUT, sram_base=int(src_sram_index),
-            dram_base=self._dram_base(dst, dst_elem_offset, MemType.OUT, "store_buffer_2d"),
-            y_size=int(y_size), x_size=int(x_size), x_stride=int(x_stride))
+        self._call(self._f.store, self._h, int(src_sram_index), int(src_memory_type), int(dst), int(dst_elem_offset),
+                   int(x_size), int(y_size), int(x_stride))
 
     # ------------------------------------------------------------------ uop kernels
+    def _kernel_key(self, key: Hashable, signature: Any) -> tuple[int, int, int]:
+        kkey = (key, signature)
+        kid = self._key_ids.get(kkey)
+        if kid is None:
+            kid = self._key_ids[kkey] = len(self._key_ids) + 1
+            self._key_of[kid] = kkey
+            self._f.name_key(self._h, _PYTHON, kid, 0, repr(key), repr(signature))
+        return _PYTHON, kid, 0
+
     def uop_kernel_begin(self, key: Hashable, signature: Any = None) -> bool:
         """Start recording the kernel for (key, signature); False if it is cached (nothing to record)."""
-        if self._recording is not None:
-            raise RuntimeUsageError("uop_kernel_begin while another uop kernel is being recorded")
-        kkey = (key, signature)
-        if kkey in self.kernels:
-            return False
-        self._recording = (kkey, UopKernel())
-        return True
-
-    def _kernel_recording(self) -> UopKernel:
-        if self._recording is None:
-            raise RuntimeUsageError("uop_push/uop_loop_* outside a uop kernel (call push_gemm_op/push_alu_op with "
-                                    "a kernel function, or uop_kernel_begin first)")
-        return self._recording[1]
+        return bool(self._call(self._f.kernel_begin, self._h, *self._kernel_key(key, signature)))
 
     def uop_loop_begin(self, extent: int, dst_factor: int, src_factor: int, wgt_factor: int) -> None:
-        self._kernel_recording().loop_begin(extent, dst_factor, src_factor, wgt_factor)
+        self._call(self._f.loop_begin, self._h, int(extent), int(dst_factor), int(src_factor), int(wgt_factor))
 
     def uop_loop_end(self) -> None:
-        self._kernel_recording().loop_end()
+        self._call(self._f.loop_end, self._h)
 
     def uop_push(self, mode: int, reset_out: int, dst_index: int, src_index: int, wgt_index: int,
                  opcode: int = 0, use_imm: int = 0, imm: int = 0) -> None:
-        self._kernel_recording().push(mode, reset_out, dst_index, src_index, wgt_index, opcode, use_imm, imm)
+        self._call(self._f.uop_push, self._h, int(mode), int(reset_out), int(dst_index), int(src_index),
+                   int(wgt_index), int(opcode), int(use_imm), int(imm))
 
-    def _get_kernel(self, key: Hashable, finit: Callable[[Any], Any] | None, signature: Any, mode: int) -> UopKernel:
-        kkey = (key, signature)
-        if self._recording is not None and self._recording[0] == kkey:
-            kernel = self._recording[1]
-            self._recording = None
-            kernel.finish(self.isa)
-            self.kernels[kkey] = kernel
-        elif kkey in self.kernels:
-            kernel = self.kernels[kkey]
-        elif finit is not None:
-            self.uop_kernel_begin(key, signature)
+    def _push(self, key: Hashable, finit: Callable[[Any], Any] | None, signature: Any, mode: int) -> None:
+        k = self._kernel_key(key, signature)
+        f = self._f
+        if finit is not None and not f.is_recording(self._h, *k) and not f.is_cached(self._h, *k):
+            self._call(f.kernel_begin, self._h, *k)
             try:
                 finit(signature)
             except BaseException:
-                self._recording = None
+                f.abort_recording(self._h)
                 raise
-            return self._get_kernel(key, None, signature, mode)
-        else:
-            raise RuntimeUsageError(f"uop kernel {key!r} (signature {signature!r}) is not cached and no kernel "
-                                    "function was given to record it")
-        if kernel.mode != mode:
-            want = "GEMM" if mode == MODE_GEMM else "ALU"
-            raise RuntimeUsageError(f"uop kernel {key!r} was recorded in mode {kernel.mode} but pushed as {want}")
-        if self.debug_flags & DEBUG_DUMP_UOP:
-            self._dump_kernel(key, kernel)
-        return kernel
+        self._call(f.push_kernel, self._h, *k, mode)
 
     def push_gemm_op(self, key: Hashable, finit: Callable[[Any], Any] | None = None, signature: Any = None) -> None:
         """Append a GEMM running the uop kernel cached under (key, signature), recording it with finit if new."""
-        self._push_kernel(self._get_kernel(key, finit, signature, MODE_GEMM), Opcode.GEMM)
+        self._push(key, finit, signature, MODE_GEMM)
 
     def push_alu_op(self, key: Hashable, finit: Callable[[Any], Any] | None = None, signature: Any = None) -> None:
         """Append an ALU op running the uop kernel cached under (key, signature), recording it with finit if new."""
-        self._push_kernel(self._get_kernel(key, finit, signature, MODE_ALU), Opcode.ALU)
+        self._push(key, finit, signature, MODE_ALU)
 
-    def _push_kernel(self, kernel: UopKernel, opcode: int) -> None:
-        if self._staged_uops + len(kernel) > self.uop_capacity:
-            self._auto_flush()
-        self._reserve(2)
-        if self.residency.place(kernel):
-            buf = self._uop_staging()
-            self.insn_queue.mem(Opcode.LOAD, MemType.UOP, sram_base=kernel.sram_begin,
-                                dram_base=buf.phys // UOP_ELEM_BYTES + self._staged_uops,
-                                y_size=1, x_size=len(kernel), x_stride=len(kernel))
-            self._staging.append(kernel.words)
-            self._staged_uops += len(kernel)
-        fields = {"opcode": opcode, "reset_reg": kernel.reset, "uop_bgn": kernel.sram_begin,
-                  "uop_end": kernel.sram_end, **kernel.loop_fields()}
-        if opcode == Opcode.ALU:
-            fields.update(alu_opcode=kernel.opcode, use_imm=kernel.use_imm, imm=kernel.imm)
-        self.insn_queue.create(Stage.COMPUTE, fields)
+    @property
+    def kernels(self) -> list[tuple[Hashable, Any]]:
+        """The cached kernels' keys (key, signature), in the order they were recorded; compiled call sites
+        appear as (("static", id), signature)."""
+        flat = [int(v) for v in self._f.kernel_keys(self._h)]
+        out = []
+        for kind, kid, sig in zip(flat[0::3], flat[1::3], flat[2::3]):
+            out.append(self._key_of[kid] if kind == _PYTHON else (("static", kid), sig) if kind == _STATIC
+                       else (kid, sig))
+        return out
 
-    def _uop_staging(self) -> DataBuffer:
+    def _alloc_uop_buffer(self, nbytes: int) -> int:
         if self._uop_buf is None:
-            self._uop_buf = self.buffer_alloc(self.uop_capacity * UOP_ELEM_BYTES)
-        return self._uop_buf
+            self._uop_buf = self.buffer_alloc(nbytes)
+        return self._uop_buf.phys
 
     # ------------------------------------------------------------------ dependencies
     def dep_push(self, from_qid: int, to_qid: int) -> None:
         """Push a token from stage ``from_qid`` to stage ``to_qid`` (1 load, 2 compute, 3 store)."""
-        self._reserve(1)
-        self._check_qids("dep_push", from_qid, to_qid)
-        self.insn_queue.dep_push(from_qid, to_qid)
+        self._call(self._f.dep_push, self._h, int(from_qid), int(to_qid))
 
     def dep_pop(self, from_qid: int, to_qid: int) -> None:
         """Make the next instruction of stage ``to_qid`` wait for a token from ``from_qid``."""
-        self._reserve(1)
-        self._check_qids("dep_pop", from_qid, to_qid)
-        self.insn_queue.dep_pop(from_qid, to_qid)
-
-    @staticmethod
-    def _check_qids(what: str, a: int, b: int) -> None:
-        if (int(a), int(b)) not in QUEUE_ENDS.values():
-            raise RuntimeUsageError(f"{what}({a}, {b}): there is no dependency queue between these stages "
-                                    "(1 load, 2 compute, 3 store; load and store are not connected)")
+        self._call(self._f.dep_pop, self._h, int(from_qid), int(to_qid))
 
     # ------------------------------------------------------------------ streams
     def set_debug_mode(self, flags: int) -> None:
-        self.debug_flags = int(flags)
+        self.debug_flags = flags
 
-    def _reserve(self, n: int) -> None:
-        in_flight = sum(v for v in self.insn_queue.token_balance().values() if v > 0)
-        if len(self.insn_queue) + n + _SYNC_RESERVE + in_flight > self.max_insns:
-            self._auto_flush()
-
-    def _auto_flush(self) -> None:
-        """Run what is queued so far; tokens still in flight are drained now and re-pushed afterwards."""
-        carry = self._settle_tokens("automatic flush impossible")
-        self.synchronize(_settled=True)
-        for qname, n in carry.items():
-            producer, consumer = QUEUE_ENDS[qname]
-            for _ in range(n):
-                self.insn_queue.dep_push(producer, consumer)
-
-    def _settle_tokens(self, what: str) -> Counter:
-        """Commit pending pops, refuse a stream that pops more than it pushes, and pop (drain) every
-        token still in flight so that the run ends balanced; returns what was drained."""
-        q = self.insn_queue
-        for st in (Stage.LOAD, Stage.COMPUTE, Stage.STORE):
-            q.commit_pending_pop(st)
-        balance = q.token_balance()
-        short = {k: -v for k, v in balance.items() if v < 0}
-        if short:
-            raise RuntimeUsageError(
-                f"{what}: the stream pops more tokens than it pushes, it would deadlock "
-                f"({', '.join(f'{k} short by {v}' for k, v in short.items())})")
-        for qname, n in balance.items():
-            producer, consumer = QUEUE_ENDS[qname]
-            for _ in range(n):
-                q.dep_pop(producer, consumer)
-                q.commit_pending_pop(consumer)
-        return balance
-
-    def synchronize(self, timeout: float | None = None, *, _settled: bool = False) -> None:
+    def synchronize(self, timeout: float | None = None) -> None:
         """Close the stream (FINISH), copy streams to device memory, run, and reset the queues."""
-        q = self.insn_queue
-        if self._recording is not None:
-            raise RuntimeUsageError("synchronize while a uop kernel is being recorded")
-        if self.debug_flags & DEBUG_FORCE_SERIAL:
-            q.rewrite_force_serial()
-        else:
-            if not _settled:
-                self._settle_tokens("synchronize")
-            q.dep_push(Stage.STORE, Stage.COMPUTE)
-            q.dep_push(Stage.LOAD, Stage.COMPUTE)
-            q.dep_pop(Stage.STORE, Stage.COMPUTE)
-            q.dep_pop(Stage.LOAD, Stage.COMPUTE)
-            q.commit_pending_pop(Stage.COMPUTE)
-        q.create(Stage.COMPUTE, {"opcode": Opcode.FINISH})
-        stream = q.encode()
-        if self.debug_flags & DEBUG_DUMP_INSN:
-            out = self.debug_stream or sys.stdout
-            print(f"VTA instruction stream: {len(q)} instructions", file=out)
-            for line in disassemble(stream, self.isa):
-                print(line, file=out)
-        if len(stream) > MAX_XFER:
-            raise RuntimeUsageError(f"instruction stream of {len(stream)} bytes exceeds the {MAX_XFER}-byte limit")
-        if self._staging:
-            self.device.write(self._uop_staging().phys, np.concatenate(self._staging))
-        if self._insn_buf is None or self._insn_buf.nbytes < len(stream):
-            if self._insn_buf is not None:
-                self.buffer_free(self._insn_buf)
-            self._insn_buf = self.buffer_alloc(max(len(stream), 1 << 16))
-        self.device.write(self._insn_buf.phys, stream)
-        try:
-            self.device.run(self._insn_buf.phys, len(q), timeout)
-        finally:
-            self.runs += 1
-            q.reset()
-            self.residency.reset()
-            self._staging.clear()
-            self._staged_uops = 0
+        self._call(self._f.synchronize, self._h, -1.0 if timeout is None else float(timeout))
 
-    def _dump_kernel(self, key: Hashable, k: UopKernel) -> None:
-        out = self.debug_stream or sys.stdout
-        kind = "GEMM" if k.mode == MODE_GEMM else f"ALU op={k.opcode} use_imm={k.use_imm} imm={k.imm}"
-        print(f"uop kernel {key!r}: {kind} reset={k.reset} loops={k.loops} ({len(k)} uops)", file=out)
-        for n, (d, s, w) in enumerate(k.uops):
-            print(f"  uop {n:4d}: dst={d} src={s} wgt={w}", file=out)
+    def _run_stream(self, stream: bytes, uops: bytes, count: int, timeout: float, flags: int) -> None:
+        """Called by the core with a finished stream (and the uop kernels it loads): run it on the device."""
+        try:
+            if flags & DEBUG_DUMP_INSN:
+                out = self.debug_stream or sys.stdout
+                print(f"VTA instruction stream: {count} instructions", file=out)
+                for line in disassemble(stream, self.isa):
+                    print(line, file=out)
+            if len(stream) > MAX_XFER:
+                raise RuntimeUsageError(f"instruction stream of {len(stream)} bytes exceeds the {MAX_XFER}-byte "
+                                        "limit")
+            if uops:
+                self.device.write(self._uop_buf.phys, np.frombuffer(uops, np.uint32))
+            if self._insn_buf is None or self._insn_buf.nbytes < len(stream):
+                if self._insn_buf is not None:
+                    self.buffer_free(self._insn_buf)
+                self._insn_buf = self.buffer_alloc(max(len(stream), 1 << 16))
+            self.device.write(self._insn_buf.phys, stream)
+            try:
+                self.device.run(self._insn_buf.phys, count, None if timeout < 0 else timeout)
+            finally:
+                self.runs += 1
+        except BaseException as exc:   # handed back to the caller by _call (or by tvm_ffi, as its class)
+            self._pending_error = exc
+            raise
 
     def close(self) -> None:
         """Free the runtime's device buffers."""
@@ -345,6 +291,28 @@ class CommandQueue:
             if buf is not None:
                 self.buffer_free(buf)
         self._uop_buf = self._insn_buf = None
+
+
+class _Functions:
+    """The core's CommandQueue functions, looked up once."""
+
+    _instance: _Functions | None = None
+
+    def __init__(self):
+        f = native.func
+        self.new, self.free, self.insns_of = f("NewQueue"), f("FreeQueue"), f("InsnsOf")
+        self.load, self.store = f("Load"), f("Store")
+        self.kernel_begin, self.is_cached, self.is_recording = f("KernelBegin"), f("IsCached"), f("IsRecording")
+        self.abort_recording, self.name_key, self.kernel_keys = f("AbortRecording"), f("NameKey"), f("KernelKeys")
+        self.loop_begin, self.loop_end, self.uop_push = f("LoopBegin"), f("LoopEnd"), f("UopPush")
+        self.push_kernel, self.dep_push, self.dep_pop = f("PushKernel"), f("DepPush"), f("DepPop")
+        self.synchronize, self.set_debug = f("Synchronize"), f("SetDebug")
+
+    @classmethod
+    def get(cls) -> _Functions:
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
 
 
 def _copy_from_host(src: Any, offset: int, nbytes: int) -> bytes:

@@ -72,7 +72,7 @@ def host_window(device: Device) -> tuple[int, int]:
 
 #: Entry-point group through which installed packages offer devices: the name is a config TARGET,
 #: the value a factory ``factory(config, **kwargs) -> Device`` (a Device class will do). This
-#: repository's pyproject.toml declares sim, tsim, pynq and ultra96 there.
+#: repository's pyproject.toml declares sim, tsim and the boards (pynq, ultra96, zcu104, de10nano) there.
 ENTRY_POINT_GROUP = "vta.devices"
 
 _registered: dict[str, Callable[..., Device]] = {}
@@ -114,7 +114,7 @@ def device_factory(target: str) -> Callable[..., Device]:
             f"no device is registered for TARGET {target!r} (devices are registered for: {known}). A device "
             f"joins through the entry-point group {ENTRY_POINT_GROUP!r} of an installed package or through "
             "vta_runtime.register_device(target, factory); in a source checkout of this repository, "
-            "`pip install -e .` installs the entry points of sim, tsim, pynq and ultra96")
+            "`pip install -e .` installs the entry points of sim, tsim, pynq, ultra96, zcu104 and de10nano")
     if len(eps) > 1:
         raise RuntimeUsageError(f"more than one device is installed for TARGET {target!r}: "
                                 + ", ".join(f"{ep.value} (from {ep.dist.name if ep.dist else '?'})" for ep in eps)
@@ -124,6 +124,6 @@ def device_factory(target: str) -> Callable[..., Device]:
 
 def open_device(config: Config | dict[str, Any] | str | None = None, **kwargs: Any) -> Device:
     """Open the device that the config's TARGET names (:func:`device_factory`; for this repository's
-    targets: sim -> fsim, tsim -> the Verilated core, pynq/ultra96 -> the board driver)."""
+    targets: sim -> fsim, tsim -> the Verilated core, pynq/ultra96/zcu104/de10nano -> the board driver)."""
     cfg = load_config(config)
     return device_factory(cfg.TARGET)(cfg, **kwargs)

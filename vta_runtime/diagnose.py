@@ -9,6 +9,7 @@ hardware's state registers for deadlocks and unbalanced runs.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -43,23 +44,39 @@ def sram_geometry(cfg: Config, mt: int) -> tuple[int, int, str]:
 
 
 class Program:
-    """A decoded instruction stream: per-field columns, stages and token actions."""
+    """A decoded instruction stream: per-field columns, stages and token actions.
+
+    Decoding is lazy (each attribute on first use), so a device whose engine reads the words
+    itself pays for it only when a message needs it.
+    """
 
     def __init__(self, isa, words: np.ndarray):
         self.isa = isa
         self.words = words
         self.n = words.shape[0]
-        self.opcode = (words[:, 0] & np.uint64(7)).astype(np.int64).tolist()
-        self._cols: dict[str, dict[str, list[int]]] = {}
-        for key, fmt in (("mem", isa.mem), ("gemm", isa.gemm), ("alu", isa.alu)):
-            self._cols[key] = {f.name: fmt.extract(words, f.name).tolist() for f in fmt}
+
+    @cached_property
+    def opcode(self) -> list[int]:
+        return (self.words[:, 0] & np.uint64(7)).astype(np.int64).tolist()
+
+    @cached_property
+    def _cols(self) -> dict[str, dict[str, list[int]]]:
+        isa, words = self.isa, self.words
+        return {key: {f.name: fmt.extract(words, f.name).tolist() for f in fmt}
+                for key, fmt in (("mem", isa.mem), ("gemm", isa.gemm), ("alu", isa.alu))}
+
+    @cached_property
+    def stage(self) -> list[Stage | None]:
         mt = self._cols["mem"]["memory_type"]
-        self.stage = [stage_of(op, mt[i]) if op <= Opcode.ALU else None for i, op in enumerate(self.opcode)]
-        self.pops, self.pushes = [], []
-        for i in range(self.n):
-            st, fl = self.stage[i], self.flags(i)
-            self.pops.append(token_pops(st, fl) if st else [])
-            self.pushes.append(token_pushes(st, fl) if st else [])
+        return [stage_of(op, mt[i]) if op <= Opcode.ALU else None for i, op in enumerate(self.opcode)]
+
+    @cached_property
+    def pops(self) -> list[list[str]]:
+        return [token_pops(st, self.flags(i)) if st else [] for i, st in enumerate(self.stage)]
+
+    @cached_property
+    def pushes(self) -> list[list[str]]:
+        return [token_pushes(st, self.flags(i)) if st else [] for i, st in enumerate(self.stage)]
 
     def word(self, i: int) -> int:
         return int(self.words[i, 0]) | (int(self.words[i, 1]) << 64)

@@ -34,6 +34,27 @@ def server(tmp_path):
 def test_cache_layout(cache):
     cfg = load_config({**load_config().cfg_dict, "TARGET": "pynq"})
     assert B.get_bitstream_path(cfg) == str(cache / "pynq" / "0_0_2" / "1x16_i8w8a32_15_15_18_17.bit")
+    # the DE10-Nano's FPGA manager loads raw binary files; the ZCU104 a Vivado .bit
+    assert B.get_bitstream_path(cfg.replace(TARGET="de10nano")) == \
+        str(cache / "de10nano" / "0_0_2" / "1x16_i8w8a32_15_15_18_17.rbf")
+    assert B.get_bitstream_path(cfg.replace(TARGET="zcu104")) == \
+        str(cache / "zcu104" / "0_0_2" / "1x16_i8w8a32_15_15_18_17.bit")
+
+
+def test_de10nano_install_and_download_use_rbf(cache, server, tmp_path):
+    root, url = server
+    cfg = load_config({**load_config().cfg_dict, "TARGET": "de10nano"})
+    src = root / "bitstreams" / "de10nano" / "0.0.2" / f"{cfg.BITSTREAM}.rbf"
+    src.parent.mkdir(parents=True)
+    src.write_bytes(b"\xff\xff rbf" * 50)
+    assert Path(B.download_bitstream(cfg, url)).read_bytes() == src.read_bytes()
+    bit = tmp_path / f"{cfg.BITSTREAM}.bit"
+    bit.write_bytes(b"bits")
+    with pytest.raises(B.BitstreamError, match=r"is not a \.rbf file, which is what TARGET de10nano loads"):
+        B.install_bitstream(bit, cfg)
+    rbf = bit.with_suffix(".rbf")
+    rbf.write_bytes(b"raw")
+    assert Path(B.install_bitstream(rbf, cfg)).read_bytes() == b"raw"
 
 
 def test_download_from_configured_url(cache, server, monkeypatch):

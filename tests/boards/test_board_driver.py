@@ -1,16 +1,19 @@
 """The on-board driver. Its mapping layer is exercised on files here; its run sequence and memory
 handling run against the Verilated core (the same register file a board has), with only the
 mmap layer swapped: the register window is tsim's AXI-Lite port and the contiguous arena is
-tsim's memory."""
+tsim's memory. Pynq and DE10-Nano configurations (the DE10-Nano's core differs in its AXI
+attributes, so it is its own build)."""
 
 import ctypes
 import mmap
+import shutil
 import struct
+import subprocess
 
 import numpy as np
 import pytest
 
-from boards.driver import Arena, BoardDevice, DevMemWindow
+from boards.driver import DE10NANO_DMA_LIMIT, Arena, BoardDevice, DevMemWindow, check_arena_reachable, program_bitstream
 from vta_hw.spec import load_config
 from vta_runtime import CommandQueue, DeviceError, SramIndexError
 from vta_runtime.programs import GemmTiling, blocked_gemm, gemm_reference, informative_shift
@@ -44,12 +47,12 @@ class TsimWindow:
         pass
 
 
-@pytest.fixture(scope="module")
-def board():
+@pytest.fixture(scope="module", params=["pynq", "de10nano"])
+def board(request):
     tsim_mod = pytest.importorskip("sim.tsim")
     if not tsim_mod.verilator_available():
         pytest.skip("Verilator is not installed")
-    cfg = load_config({**load_config().cfg_dict, "TARGET": "pynq"})
+    cfg = load_config({**load_config().cfg_dict, "TARGET": request.param})
     t = tsim_mod.TsimDevice(cfg)
     dev = BoardDevice(cfg, window=TsimWindow(t), arena=Arena(t.dram.data, 0))
     yield dev
@@ -85,7 +88,8 @@ def test_board_device_reports_errors_and_keeps_working(board):
 
 
 def test_board_device_refuses_a_simulator_target():
-    with pytest.raises(DeviceError, match="BoardDevice needs a board TARGET .pynq, ultra96., not 'sim'"):
+    with pytest.raises(DeviceError, match="BoardDevice needs a board TARGET .pynq, ultra96, zcu104, de10nano., not "
+                                          "'sim'"):
         BoardDevice(load_config())
 
 
@@ -118,3 +122,90 @@ def test_program_bitstream_on_pynq_sets_the_pl_clock(tmp_path, monkeypatch):
     program_bitstream(bit, cfg)
     assert calls == [("download", str(bit))]
     assert Clocks.fclk0_mhz == cfg.fpga_freq == 333
+
+
+def test_de10nano_arena_must_be_in_the_acp_window():
+    cfg = load_config({**load_config().cfg_dict, "TARGET": "de10nano"})
+    view = np.zeros(1 << 20, np.uint8)
+    ok = Arena(view, DE10NANO_DMA_LIMIT - view.size)
+    assert check_arena_reachable(ok, cfg) is ok
+    with pytest.raises(DeviceError, match=r"memory at 0x3ff80000-0x4007ffff is beyond the first GiB of SDRAM, "
+                                          r"which is all the DE10-Nano core reaches"):
+        check_arena_reachable(Arena(view, DE10NANO_DMA_LIMIT - view.size // 2), cfg)
+    far = Arena(view, 0x7000_0000)                   # other boards reach further
+    assert check_arena_reachable(far, cfg.replace(TARGET="pynq")) is far
+
+
+def _parse_fdt(blob: bytes) -> dict:
+    """A flattened device tree as nested dicts (an independent reading of the format)."""
+    magic, total, off_struct, off_strings = struct.unpack_from(">4I", blob)
+    assert magic == 0xD00DFEED and total == len(blob)
+    pos, root, stack = off_struct, {}, []
+    node = root
+    while True:
+        tok, = struct.unpack_from(">I", blob, pos)
+        pos += 4
+        if tok == 1:                                   # begin node
+            end = blob.index(b"\0", pos)
+            name = blob[pos:end].decode()
+            pos = (end + 4) & ~3
+            stack.append(node)
+            node = node.setdefault(name, {})
+        elif tok == 3:                                 # property
+            size, nameoff = struct.unpack_from(">II", blob, pos)
+            pos += 8
+            pname = blob[off_strings + nameoff:blob.index(b"\0", off_strings + nameoff)].decode()
+            node[pname] = blob[pos:pos + size]
+            pos = (pos + size + 3) & ~3
+        elif tok == 2:
+            node = stack.pop()
+        elif tok == 9:
+            return root
+        else:
+            raise AssertionError(f"token {tok}")
+
+
+def test_de10nano_is_programmed_through_a_device_tree_overlay(tmp_path, monkeypatch):
+    """No pynq package on a DE10-Nano image: the .rbf goes to the firmware directory and an overlay
+    on the base FPGA region, enabling the lightweight and FPGA-to-HPS bridges, goes to configfs.
+    (configfs and /lib/firmware are directories here; the kernel's side is not.)"""
+    import sys
+    import types
+    monkeypatch.setitem(sys.modules, "pynq", types.ModuleType("pynq"))   # even with pynq installed: not a Zynq
+    cfg = load_config({**load_config().cfg_dict, "TARGET": "de10nano"})
+    rbf = tmp_path / f"{cfg.BITSTREAM}.rbf"
+    rbf.write_bytes(bytes(range(256)) * 4)
+    overlays, firmware = tmp_path / "overlays", tmp_path / "firmware"
+    overlays.mkdir()
+    how = program_bitstream(rbf, cfg, manager=tmp_path / "no-manager", overlays=overlays, firmware_dir=firmware)
+    assert how == f"device-tree overlay {overlays / 'vta'} with {rbf.name}"
+    assert (firmware / rbf.name).read_bytes() == rbf.read_bytes()
+    blob = (overlays / "vta" / "dtbo").read_bytes()
+    tree = _parse_fdt(blob)[""]
+    overlay = tree["fragment@0"]["__overlay__"]
+    assert overlay["firmware-name"] == rbf.name.encode() + b"\0"
+    assert overlay["fpga-bridges"] == b"\xff" * 8 and tree["fragment@0"]["target"] == b"\xff" * 4
+    assert tree["__fixups__"] == {"base_fpga_region": b"/fragment@0:target:0\0",
+                                  "fpga_bridge0": b"/fragment@0/__overlay__:fpga-bridges:0\0",
+                                  "fpga_bridge2": b"/fragment@0/__overlay__:fpga-bridges:4\0"}
+    if shutil.which("dtc"):                            # and the device-tree compiler reads it the same way
+        dts = subprocess.run(["dtc", "-I", "dtb", "-O", "dts"], input=blob, capture_output=True, check=True).stdout
+        assert f'firmware-name = "{rbf.name}";'.encode() in dts
+        assert b'fpga_bridge2 = "/fragment@0/__overlay__:fpga-bridges:4";' in dts
+    with pytest.raises(DeviceError, match=r"1x16_i8w8a32_15_15_18_17.bit is not a .rbf file, which is what TARGET "
+                                          r"de10nano loads"):
+        program_bitstream(rbf.with_suffix(".bit"), cfg, overlays=overlays, firmware_dir=firmware)
+    with pytest.raises(DeviceError, match="cannot program the FPGA: no pynq package, no device-tree overlay configfs"):
+        program_bitstream(rbf, cfg, manager=tmp_path / "none", overlays=tmp_path / "none", firmware_dir=firmware)
+
+
+def test_a_xilinx_board_without_pynq_uses_the_fpga_manager_firmware_attribute(tmp_path):
+    cfg = load_config({**load_config().cfg_dict, "TARGET": "zcu104"})
+    bit = tmp_path / "vta.bit"
+    bit.write_bytes(b"\x00\x09" * 64)
+    manager = tmp_path / "fpga0"
+    manager.mkdir()
+    (manager / "firmware").write_text("")
+    assert program_bitstream(bit, cfg, manager=manager, overlays=tmp_path / "none",
+                             firmware_dir=tmp_path / "fw") == "FPGA manager firmware vta.bit"
+    assert (manager / "firmware").read_text() == "vta.bit" and (tmp_path / "fw" / "vta.bit").exists()

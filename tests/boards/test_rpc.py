@@ -85,6 +85,14 @@ def test_program_fpga_round_trip(server, tmp_path, monkeypatch):
     cached = install_bitstream(bit, board.config)
     assert f"recorded {Path(cached).name}" in server.call(vta.program_fpga, None, board)
     assert server.call(status)["bitstream"]["name"] == Path(cached).name
+    # the DE10-Nano's is the raw binary its FPGA manager loads
+    de10 = vta.Environment(load_config().replace(TARGET="de10nano"))
+    rbf = tmp_path / f"{de10.config.BITSTREAM}.rbf"
+    rbf.write_bytes(os.urandom(1024))
+    cached = install_bitstream(rbf, de10.config)
+    assert cached.endswith(f"/de10nano/0_0_2/{de10.config.BITSTREAM}.rbf")
+    assert f"recorded {rbf.name}" in server.call(vta.program_fpga, None, de10)
+    assert server.call(status)["bitstream"] == {"name": rbf.name, "sha256": file_digest(rbf)}
 
 
 @pytest.mark.parametrize("target", ["sim", "tsim"])
@@ -99,6 +107,24 @@ def test_program_fpga_is_a_no_op_on_a_simulator(server, tmp_path, monkeypatch, t
         assert server.call(vta.program_fpga) == f"TARGET {target} is a simulator: no FPGA to program"
     assert server.call(status)["bitstream"] == before
     assert not (tmp_path / "empty-cache").exists()
+
+
+@pytest.mark.parametrize("target", ["de10nano", "zcu104"])
+def test_testing_run_reaches_a_board_target_over_rpc(server, monkeypatch, target):
+    """vta.testing.run with a board TARGET: the server named by VTA_RPC_HOST/PORT (here the loopback
+    one), and without a tracker or a server, advice naming the TARGET."""
+    monkeypatch.delenv("TVM_TRACKER_HOST", raising=False)
+    monkeypatch.delenv("TVM_TRACKER_PORT", raising=False)
+    monkeypatch.delenv("VTA_RPC_HOST", raising=False)
+    with vta.Environment(load_config().replace(TARGET=target)):
+        with pytest.raises(RuntimeError, match=rf"TARGET={target}: set TVM_TRACKER_HOST/TVM_TRACKER_PORT \(a "
+                                               rf"tracker with '{target}' boards\) or VTA_RPC_HOST/VTA_RPC_PORT"):
+            vta.testing.run(lambda env, remote: None)
+        monkeypatch.setenv("VTA_RPC_HOST", "127.0.0.1")
+        monkeypatch.setenv("VTA_RPC_PORT", str(server.port))
+        got = vta.testing.run(lambda env, remote: (env.TARGET, status(remote)["model"]))
+        gc.collect()
+    assert got == (target, load_config().MODEL)       # the client's TARGET, the (simulated) server's model
 
 
 def push(remote, cfg_dict):

@@ -147,9 +147,11 @@ def test_tensor_of_another_device_is_refused(fsim):
         m(a, out)
 
 
-@pytest.mark.parametrize("target,machine", [("pynq", "ARM"), ("ultra96", "AArch64")])
+@pytest.mark.parametrize("target,machine", [("pynq", "ARM"), ("ultra96", "AArch64"), ("de10nano", "ARM"),
+                                            ("zcu104", "AArch64")])
 def test_cross_compile_for_boards(tmp_path, target, machine):
-    """Pynq: ARMv7 hard-float (Cortex-A9); Ultra96: AArch64; dict-form host targets."""
+    """Pynq and DE10-Nano: ARMv7 hard-float (Cortex-A9); Ultra96 and ZCU104: AArch64; dict-form host
+    targets."""
     env0 = vta.get_env()
     with vta.Environment(env0.config.replace(TARGET=target)) as env:
         sch, _ = _small(env)
@@ -160,7 +162,7 @@ def test_cross_compile_for_boards(tmp_path, target, machine):
     assert head[:4] == b"\x7fELF"
     e_machine = int.from_bytes(head[18:20], "little")
     assert e_machine == {"ARM": 40, "AArch64": 183}[machine]
-    if target == "pynq":                            # the hard-float calling convention, in the build attributes
+    if machine == "ARM":                            # the hard-float calling convention, in the build attributes
         if shutil.which("readelf") is None:
             pytest.skip("readelf (binutils) is needed to check the ARM float ABI")
         readelf = subprocess.run(["readelf", "-A", str(obj)], capture_output=True, text=True, check=True)

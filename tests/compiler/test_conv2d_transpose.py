@@ -83,6 +83,12 @@ def test_no_bias_no_clip(fsim):
     assert r.correct and np.count_nonzero(r.output) > r.output.size // 2
 
 
+def test_per_channel_shift(fsim):
+    """channel_shift: the shift is a tensor shaped like the bias (ALU SHR with a register operand)."""
+    r = check(run_conv2d_transpose(SMALL, channel_shift=True))
+    assert len(set(r.shift.tolist())) > 1, "the shifts should differ between channels"
+
+
 def test_reference_matches_the_dilated_convolution():
     """The scatter reference equals the textbook lowering (dilate, pad by k-1-p, flip the kernel, convolve)."""
     rng = np.random.default_rng(3)

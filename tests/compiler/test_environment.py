@@ -50,7 +50,8 @@ def test_targets():
     t = env.target
     assert t.kind.name == "ext_dev" and list(t.keys) == ["vta", "cpu"] and str(t.attrs["model"]) == env.MODEL
     assert t.host.kind.name == "llvm"
-    for target, triple in (("pynq", "armv7-none-linux-gnueabihf"), ("ultra96", "aarch64-linux-gnu")):
+    for target, triple in (("pynq", "armv7-none-linux-gnueabihf"), ("ultra96", "aarch64-linux-gnu"),
+                           ("de10nano", "armv7-none-linux-gnueabihf"), ("zcu104", "aarch64-linux-gnu")):
         with vta.Environment(env.config.replace(TARGET=target)) as e:
             assert str(e.target_host.attrs["mtriple"]) == triple
             assert str(e.target.host.attrs["mtriple"]) == triple

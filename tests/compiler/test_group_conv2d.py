@@ -97,6 +97,14 @@ def test_no_bias_no_clip(fsim):
     assert r.correct and np.count_nonzero(r.output) > r.output.size // 2
 
 
+@pytest.mark.parametrize("wkl", [SMALL, depthwise_workload(1, 8, 8, 32, 3, 1, 1)], ids=["group", "depthwise"])
+def test_per_channel_shift(fsim, wkl):
+    """channel_shift: the shift is a tensor shaped like the bias (ALU SHR with a register operand), as a
+    quantized network with per-channel weight scales needs."""
+    r = check(run_group_conv2d(wkl, channel_shift=True))
+    assert len(set(r.shift.tolist())) > 1, "the shifts should differ between channels"
+
+
 def test_kernel_packing():
     rng = np.random.default_rng(0)
     # whole blocks per group: conv2d's packing of the per-group kernel

@@ -58,9 +58,10 @@ def test_without_dependency_tokens_the_racy_fsim_gets_wrong_results(racy, seed):
 @pytest.mark.parametrize("tiling", [Conv2DTiling(1, 4, 8, 1, 1, 1), Conv2DTiling(2, 4, 8, 1, 2, 1),
                                     Conv2DTiling(2, 4, 8, 1, 1, 1, "ko", 2)],
                          ids=["single-buffers", "oc-vthreads", "pipelined-chunks"])
-@pytest.mark.parametrize("seed", SEEDS)
-def test_without_loop_carried_tokens_the_racy_fsim_gets_wrong_results(racy, monkeypatch, tiling, seed):
-    """Only the pairs that guard a buffer reused by the next loop iteration are dropped."""
+def test_without_loop_carried_tokens_the_racy_fsim_gets_wrong_results(racy, monkeypatch, tiling):
+    """Only the pairs that guard a buffer reused by the next loop iteration are dropped. One random
+    interleaving may happen to respect the missing order, so the detector gets a few (fixed) seeds: it
+    must see the race in at least one of them, and the complete program must be exact in every one."""
     plan = deps._plan_sequence
     dropped = []
 
@@ -68,10 +69,15 @@ def test_without_loop_carried_tokens_the_racy_fsim_gets_wrong_results(racy, monk
         pairs = plan(sums, inner, periodic)
         dropped.extend(p for p in pairs if p[4])
         return [p for p in pairs if not p[4]]
-    racy(seed)
-    assert_exact(run_conv2d(SMALL, tiling, seed=seed))
-    monkeypatch.setattr(deps, "_plan_sequence", without_carried)
-    racy(seed)
-    r = run_conv2d(SMALL, tiling, seed=seed)
+    wrong = []
+    for seed in range(6):
+        monkeypatch.undo()
+        racy(seed)
+        assert_exact(run_conv2d(SMALL, tiling, seed=seed))
+        monkeypatch.setattr(deps, "_plan_sequence", without_carried)
+        racy(seed)
+        wrong.append(_wrong(run_conv2d(SMALL, tiling, seed=seed)))
+        if wrong[-1]:
+            break
     assert dropped, "the schedule has no loop-carried token pairs to drop"
-    assert _wrong(r) > 0, "the race detector missed the missing loop-carried tokens"
+    assert max(wrong) > 0, f"the race detector missed the missing loop-carried tokens under {len(wrong)} interleavings"

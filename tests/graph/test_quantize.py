@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from graph_helpers import run_cpu
+from graph_helpers import clip_ranges, run_cpu
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -153,3 +153,59 @@ def test_bad_calibration_is_refused():
         graph.quantize(mod, params)
     with pytest.raises(graph.GraphError, match="no value for the weight parameter"):
         graph.quantize(mod, {}, calibration=[good])
+
+
+def test_depthwise_and_transposed_convolutions_fold_and_quantize():
+    """Depthwise conv + batch norm + ReLU6 (ONNX Clip), then a grouped transposed conv (output padding,
+    asymmetric pads) + batch norm + ReLU: batch norm folds along each layer's output channels (axis 1 of the
+    transposed kernel (CI, CO/groups, KH, KW)), ReLU6 becomes the layer's clip, the float evaluator and the
+    int8 network follow ONNX Runtime, and the transposed layer can be kept in float."""
+    ort = pytest.importorskip("onnxruntime")
+    from vta_compiler.graph.evaluate import evaluate
+    rng = np.random.default_rng(6)
+    c, groups, cog = 16, 2, 6                       # the transposed conv: 16 -> 12 channels in 2 groups
+
+    def bn(n):
+        return [rng.uniform(0.5, 1.5, n), rng.normal(0.2, 0.2, n), rng.normal(0, 0.2, n), rng.uniform(0.5, 1.5, n)]
+    g1, b1, m1, v1 = bn(c)
+    g2, b2, m2, v2 = bn(groups * cog)
+    inits = {"wd": rng.normal(0, 0.4, (c, 1, 3, 3)), "g1": g1, "b1": b1, "m1": m1, "v1": v1, "lo": np.array(0.0),
+             "hi": np.array(6.0), "wt": rng.normal(0, 0.2, (c, cog, 3, 3)), "g2": g2, "b2": b2, "m2": m2, "v2": v2}
+    nodes = [helper.make_node("Conv", ["x", "wd"], ["d"], pads=[1, 1, 1, 1], group=c),
+             helper.make_node("BatchNormalization", ["d", "g1", "b1", "m1", "v1"], ["dn"]),
+             helper.make_node("Clip", ["dn", "lo", "hi"], ["r6"]),
+             helper.make_node("ConvTranspose", ["r6", "wt"], ["t"], strides=[2, 2], pads=[1, 0, 0, 1],
+                              output_padding=[1, 1], group=groups),
+             helper.make_node("BatchNormalization", ["t", "g2", "b2", "m2", "v2"], ["tn"]),
+             helper.make_node("Relu", ["tn"], ["y"])]
+    model = onnx_model(nodes, inits, [1, c, 8, 8], [1, groups * cog, 17, 17])
+    mod, params = graph.from_onnx(model)
+    g = prepare(mod, params)
+    layers = {n.op: n for n in g.nodes if n.op in ("conv2d", "conv2d_transpose")}
+    assert len(layers) == 2 and not [n for n in g.nodes if "batch_norm" in n.op or "clip" in n.op]
+    assert layers["conv2d"].attrs["act"] == ("clip", 0.0, 6.0) and layers["conv2d"].attrs["groups"] == c
+    t = layers["conv2d_transpose"].attrs
+    assert t["act"] == ("clip", 0.0, None) and t["output_padding"] == (1, 1) and t["padding"] == (1, 0, 0, 1)
+    scale = g2 / np.sqrt(v2 + 1e-5)
+    want_w = np.empty_like(inits["wt"])
+    for ci in range(c):                              # input channel ci feeds output channels (ci // 8) * 6 + j
+        for j in range(cog):
+            want_w[ci, j] = inits["wt"][ci, j] * scale[(ci // (c // groups)) * cog + j]
+    np.testing.assert_allclose(t["weight"], want_w, rtol=1e-6)
+    np.testing.assert_allclose(t["bias"], b2 - m2 * scale, rtol=1e-6, atol=1e-7)
+
+    sess = ort.InferenceSession(model.SerializeToString())
+    xs = [rng.normal(0, 1, (1, c, 8, 8)).astype(np.float32) for _ in range(3)]
+    want = sess.run(None, {"x": xs[2]})[0]
+    np.testing.assert_allclose(evaluate(g, [xs[2]])[id(g.outputs[0])], want, rtol=1e-4, atol=1e-4)
+    qmod = graph.quantize(mod, params, calibration=xs[:2])
+    assert graph.layer_outputs(qmod) == ["conv2d_0", "conv2d_transpose_0"]
+    lo, hi = clip_ranges(qmod)["conv2d_0"]
+    assert lo == 0 and hi in {6 << k for k in range(5)}, "ReLU6 should clip at 6 in the layer's scale"
+    got = run_cpu(qmod, xs[2])[0]
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err < 0.05, f"int8 result is {err:.3f} of the range away from float"
+    assert (got > 0).mean() > 0.3
+    kept = graph.quantize(mod, params, calibration=xs[:2], skip_layers=["conv2d_transpose_0"])
+    assert graph.layer_outputs(kept) == ["conv2d_0"]
+    assert np.abs(run_cpu(kept, xs[2])[0] - want).max() / np.abs(want).max() < 0.05

@@ -7,6 +7,8 @@ from cocotb.triggers import ReadOnly, RisingEdge
 from cocotb_common import CFG, v, wait_until
 from unit_top import BACKDOOR
 
+from vta_hw.sram import READ_LATENCY
+
 LANES = CFG.BATCH * CFG.BLOCK_OUT
 ISA = CFG.isa
 
@@ -44,7 +46,8 @@ async def bd_read(dut, mem: str, addrs) -> dict:
     dut.tc_bd_mem.value = BACKDOOR[mem]
     for addr in addrs:
         dut.tc_bd_addr.value = addr
-        await RisingEdge(dut.clk)
+        for _ in range(READ_LATENCY):
+            await RisingEdge(dut.clk)
         await ReadOnly()
         out[addr] = v(dut.tc_bd_rdata)
         await RisingEdge(dut.clk)

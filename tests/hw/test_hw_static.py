@@ -7,7 +7,7 @@ from amaranth.sim import Simulator
 
 from vta_hw.alu import AluLanes
 from vta_hw.core import HardwareConfigError, check_buildable
-from vta_hw.gemm import PACK_SHIFT, DotArray
+from vta_hw.gemm import PACK_BIAS, PACK_SHIFT, DotArray
 from vta_hw.layouts import Layouts
 from vta_hw.spec import AluOp, load_config
 from vta_hw.spec.regmap import COUNTERS, FSIM_COUNTERS, REGISTERS, STATE, WINDOW_BYTES, hwconfig_word
@@ -38,19 +38,21 @@ def test_register_map_is_consistent():
 
 
 def test_packed_multiplier_identity_is_exact_for_every_int8_triple():
-    """P = x*((w1 << 16) + w0): low 16 bits (signed) = w0*x, (P >> 16) + P[15] = w1*x."""
+    """P = x*((w1 << 16) + w0) + 2^15: (P[15:0] ^ 2^15) read as int16 = w0*x, P >> 16 = w1*x."""
     v = np.arange(-128, 128, dtype=np.int64)
     w0, w1, x = np.meshgrid(v, v, v, indexing="ij")
-    p = x * ((w1 << PACK_SHIFT) + w0)
-    lo = ((p & 0xFFFF) ^ 0x8000) - 0x8000
-    hi = (p >> PACK_SHIFT) + ((p >> (PACK_SHIFT - 1)) & 1)
+    p = x * ((w1 << PACK_SHIFT) + w0) + PACK_BIAS
+    lo = (((p & 0xFFFF) ^ 0x8000) ^ 0x8000) - 0x8000
+    hi = p >> PACK_SHIFT
     assert np.array_equal(lo, w0 * x) and np.array_equal(hi, w1 * x)
+    assert PACK_BIAS == 1 << 15 and (p & 0xFFFF).min() > 0 and (p & 0xFFFF).max() < 1 << 16
     assert (w1 << PACK_SHIFT).max() + 127 < 1 << 24 and (w1 << PACK_SHIFT).min() - 128 >= -(1 << 24)  # 25 bits
 
 
-@pytest.mark.parametrize("batch,block", [(1, 4), (2, 4)])
-def test_dot_array_in_amaranth_simulator(batch, block):
-    dut = DotArray(batch, block, block)
+@pytest.mark.parametrize("batch,block,latency", [(1, 4, None), (2, 4, None), (1, 8, 7)])
+def test_dot_array_in_amaranth_simulator(batch, block, latency):
+    dut = DotArray(batch, block, block, latency=latency)
+    assert dut.latency == (latency or DotArray.latency_for(block))
     rng = np.random.default_rng(batch * 10 + block)
     cases = [rng.integers(-128, 128, (batch * block,)) for _ in range(6)]
     wgts = [rng.integers(-128, 128, (block * block,)) for _ in range(6)]
@@ -63,12 +65,12 @@ def test_dot_array_in_amaranth_simulator(batch, block):
     got = []
 
     async def tb(ctx):
-        for k in range(len(cases) + dut.LATENCY):
+        for k in range(len(cases) + dut.latency):
             if k < len(cases):
                 ctx.set(dut.inp, pack(cases[k]))
                 ctx.set(dut.wgt, pack(wgts[k]))
             await ctx.tick()
-            if k + 1 >= dut.LATENCY:
+            if k + 1 >= dut.latency:
                 got.append([ctx.get(dut.dot[j]) for j in range(batch * block)])
 
     sim = Simulator(dut)
@@ -78,6 +80,22 @@ def test_dot_array_in_amaranth_simulator(batch, block):
     for k in range(len(cases)):
         want = (cases[k].reshape(batch, block) @ wgts[k].reshape(block, block).T).reshape(-1)
         assert got[k] == list(want), k
+
+
+@pytest.mark.filterwarnings("ignore:.*created but never used")
+def test_dot_array_refuses_a_latency_its_adder_tree_does_not_fit():
+    """The tree of 16 terms needs 2 register stages at 2 adds per stage (3 product stages before
+    it): a latency of 4 would silently misalign every dot product, so elaboration stops."""
+    from amaranth.back import rtlil
+
+    from vta_hw.gemm import DotArrayLatencyError, tree_stages
+
+    assert tree_stages(16) == 2 and tree_stages(16, adds_per_stage=1) == 4 and tree_stages(64) == 3
+    rtlil.convert(DotArray(1, 16, 2, latency=5))              # exactly fits
+    with pytest.raises(DotArrayLatencyError, match=r"needs 2 register stages .* leaves room for 1"):
+        rtlil.convert(DotArray(1, 16, 2, latency=4))
+    with pytest.raises(DotArrayLatencyError, match=r"needs 4 register stages at 1 adds per stage"):
+        rtlil.convert(DotArray(1, 16, 2, latency=5, adds_per_stage=1))
 
 
 def test_alu_lanes_every_opcode():

@@ -18,7 +18,7 @@ from vta_hw.layouts import Layouts
 from vta_hw.load import Load
 from vta_hw.regfile import RegFile
 from vta_hw.spec.regmap import DmaClient
-from vta_hw.sram import Sram
+from vta_hw.sram import READ_LATENCY, Sram
 from vta_hw.store import Store
 from vta_hw.tensor_compute import TensorCompute
 
@@ -162,8 +162,11 @@ class UnitTop(wiring.Component):
                  "acc": (tc.acc_rd, tc.acc_wr), "out": (None, tc.out_wr)}
         bd = self.tc_bd_active
         rdata = Signal(cfg.WGT_ELEM_BITS)
-        sel_q = Signal(3)
-        m.d.sync += sel_q.eq(self.tc_bd_mem)
+        sel_q = self.tc_bd_mem
+        for _ in range(READ_LATENCY):     # the memory selected when the read was presented
+            nxt = Signal(3)
+            m.d.sync += nxt.eq(sel_q)
+            sel_q = nxt
         for name, s in srams.items():
             m.submodules[f"tc_{name}"] = s
             rd, wr = ports[name]

@@ -14,7 +14,7 @@ from vta_runtime import CommandQueue, tvm_bridge  # noqa: E402
 
 NAMES = ["BufferAlloc", "BufferFree", "BufferCopy", "LoadBuffer2D", "StoreBuffer2D", "UopKernelBegin", "UopLoopBegin",
          "UopLoopEnd", "UopPush", "PushGEMMOp", "PushALUOp", "DepPush", "DepPop", "Synchronize", "SetDebugMode",
-         "RuntimeShutdown", "HostAlloc", "HostFree"]
+         "RuntimeShutdown", "HostAlloc", "HostFree", "DeviceConstant"]
 
 
 @T.prim_func

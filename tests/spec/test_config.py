@@ -61,6 +61,33 @@ def test_ultra96_target_fields():
     assert [c.mem_bank(m)["axi_ratio"] for m in ("inp", "wgt", "out")] == [1, 8, 1]
 
 
+def test_de10nano_target_fields():
+    """The original's values for de10nano (spec 1.4): Cyclone V SoC, 100 MHz, 64-bit bus, the
+    register window on the HPS's lightweight bridge."""
+    c = load_config({**DEFAULT, "TARGET": "de10nano"})
+    assert (c.fpga_device, c.fpga_family, c.fpga_freq, c.fpga_per, c.AXI_DATA_BITS, c.axi_prot_bits,
+            c.axi_cache_bits) == ("5CSEBA6U23I7", "Cyclone V", 100, 2, 64, "100", "1111")
+    assert (c.fetch_base_addr, c.load_base_addr, c.compute_base_addr, c.store_base_addr, c.ip_reg_map_range) == \
+        (0xFF220000, 0xFF221000, 0xFF222000, 0xFF223000, 0x1000)
+    assert c.MODEL == "de10nano_1x16_i8w8a32_15_15_18_17" and c.bitstream_ext == ".rbf"
+    assert [c.mem_bank(m)["axi_ratio"] for m in ("inp", "wgt", "out")] == [2, 16, 2]
+    assert "-DVTA_FETCH_ADDR=0xFF220000" in c.defs() and "-DVTA_TARGET=de10nano" in c.defs()
+    # the same bus width as Pynq but other AXI attributes: a different core, so a different hardware hash
+    pynq = load_config({**DEFAULT, "TARGET": "pynq"})
+    assert c.AXI_DATA_BITS == pynq.AXI_DATA_BITS and c.hash(hardware_only=True) != pynq.hash(hardware_only=True)
+
+
+def test_zcu104_target_fields():
+    """ZCU104: the Ultra96's system on the xczu7ev (the original's pkg_config values)."""
+    c = load_config({**DEFAULT, "TARGET": "zcu104"})
+    u = load_config({**DEFAULT, "TARGET": "ultra96"})
+    assert (c.fpga_device, c.fpga_family, c.fpga_board, c.fpga_board_rev, c.fpga_freq, c.AXI_DATA_BITS) == \
+        ("xczu7ev-ffvc1156-2-e", "zynq-ultrascale+", "xilinx.com:zcu104:part0", "1.1", 333, 128)
+    assert (c.fetch_base_addr, c.store_base_addr, c.axi_prot_bits) == (0xA0000000, 0xA0003000, "010")
+    assert c.bitstream_ext == ".bit" and c.MODEL == "zcu104_1x16_i8w8a32_15_15_18_17"
+    assert c.hash(hardware_only=True) == u.hash(hardware_only=True)    # the same core as the Ultra96's
+
+
 def test_load_from_path_dict_env_and_default(tmp_path, monkeypatch):
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps({**DEFAULT, "TARGET": "tsim"}))
@@ -85,7 +112,7 @@ def test_hash_is_stable_and_hardware_hash_ignores_target():
 @pytest.mark.parametrize("change, message", [
     ({"LOG_FOO": 1}, "unknown configuration key(s) LOG_FOO"),
     ({"HW_FREQ": 100}, "HW_FREQ/HW_CLK_TARGET were removed"),
-    ({"TARGET": "zcu104"}, "unknown TARGET 'zcu104'; supported targets are sim, tsim, pynq, ultra96"),
+    ({"TARGET": "zc706"}, "unknown TARGET 'zc706'; supported targets are sim, tsim, pynq, ultra96, zcu104, de10nano"),
     ({"TARGET": 3}, "TARGET must be a string, got int 3"),
     ({"HW_VER": "0.0.1"}, "HW_VER '0.0.1' is not supported"),
     ({"LOG_BLOCK": "4"}, "LOG_BLOCK must be an integer, got str '4'"),

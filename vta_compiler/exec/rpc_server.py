@@ -10,7 +10,10 @@ device API, and
   on sim/tsim targets there is no FPGA and the bitstream is only recorded;
 * ``tvm.contrib.vta.reconfig_runtime(cfg_json)``: compare the pushed configuration with the
   server's, refuse an invalid one with the reason, and rebuild the runtime state for a new one;
-* ``tvm.contrib.vta.status()``: JSON with the server's configuration and programmed bitstream.
+* ``tvm.contrib.vta.status()``: JSON with the server's configuration and programmed bitstream;
+* ``tvm.contrib.vta.stats()`` / ``tvm.contrib.vta.clear_stats()``: the device's counters as JSON
+  (tsim and boards: ``cycle_count`` and the performance counters), and their reset (the tuner's
+  measurements, ``vta_compiler.autotune``).
 
 Sessions are forked from the server's worker process, so state that must outlive a session (the
 current configuration, the programmed bitstream) is kept in a state directory on disk.
@@ -28,11 +31,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vta_hw.spec import Config, ConfigError, load_config
+from vta_hw.spec import BOARD_TARGETS, Config, ConfigError, load_config
 
 from ..bitstream import file_digest
-
-BOARD_TARGETS = ("pynq", "ultra96")
 
 
 class ServerState:
@@ -94,6 +95,17 @@ class ServerState:
         self.activate()
         return f"{what} (sha256 {digest[:16]})"
 
+    # -- tvm.contrib.vta.stats / clear_stats
+    @staticmethod
+    def stats() -> str:
+        import vta_runtime
+        return json.dumps({k: int(v) for k, v in vta_runtime.command_handle().device.stats().items()})
+
+    @staticmethod
+    def clear_stats() -> None:
+        import vta_runtime
+        vta_runtime.command_handle().device.clear_stats()
+
     # -- tvm.contrib.vta.status
     def status(self) -> str:
         bit = json.loads(self.bitstream_path.read_text()) if self.bitstream_path.exists() else None
@@ -113,6 +125,12 @@ def server_init(state_dir: str) -> None:
     tvm.register_global_func("tvm.contrib.vta.init", state.program, override=True)
     tvm.register_global_func("tvm.contrib.vta.reconfig_runtime", state.reconfig, override=True)
     tvm.register_global_func("tvm.contrib.vta.status", state.status, override=True)
+    tvm.register_global_func("tvm.contrib.vta.stats", state.stats, override=True)
+    tvm.register_global_func("tvm.contrib.vta.clear_stats", state.clear_stats, override=True)
+    cfg = state.config()
+    if cfg.TARGET == "tsim":           # find (or build) the Verilated core once, not in every session
+        from sim.tsim import build
+        build(cfg)
 
 
 def make_state_dir(config: str | None, state_dir: str | None = None) -> str:

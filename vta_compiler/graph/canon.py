@@ -1,11 +1,16 @@
 """Canonical float layers: convolutions and dense layers with their weights, folded bias and activation.
 
-``canonicalize(graph)`` turns ``conv2d(x, W)`` and ``matmul(x, W)`` with constant weights into
-``conv2d`` / ``dense`` nodes (named ``conv2d_0``, ``conv2d_1``, ..., ``dense_0`` in graph order) that carry
+``canonicalize(graph)`` turns ``conv2d(x, W)`` (any groups), ``conv2d_transpose(x, W)`` and
+``matmul(x, W)`` with constant weights into ``conv2d`` / ``conv2d_transpose`` / ``dense`` nodes (named
+``conv2d_0``, ``conv2d_1``, ..., ``conv2d_transpose_0``, ``dense_0`` in graph order) that carry
 ``weight`` and ``bias`` (float64 numpy arrays) and fold
 what follows them while it is per-output-channel arithmetic with a constant and the layer is its
 only reader: ``+ c``, ``- c``, ``* c``, ``/ c`` (batch norm after ``DecomposeOpsForInference``, a
 bias add) and a final ``relu`` or ``clip`` (the layer's ``act``).
+
+Weights keep their operator's layout: OIHW (``conv2d``, ``I`` = input channels per group), IOHW
+(``conv2d_transpose``: ``(CI, CO/groups, KH, KW)``, the output channel axis is 1) and OI (``dense``).
+``out_channel_rows`` and ``scale_out_channels`` see every layer's weight by output channel.
 """
 
 from __future__ import annotations
@@ -16,6 +21,25 @@ from tvm import relax
 from .ir import Const, Graph, GraphError, Node
 
 AFFINE = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
+#: the canonical layer ops
+LAYERS = ("conv2d", "conv2d_transpose", "dense")
+
+
+def out_channel_rows(op: str, weight: np.ndarray, groups: int = 1) -> np.ndarray:
+    """The weight as an (output channels, fan-in) matrix: row ``o`` holds every weight feeding channel ``o``."""
+    if op == "conv2d_transpose":
+        ci, cog = weight.shape[:2]
+        return weight.reshape(groups, ci // groups, cog, -1).transpose(0, 2, 1, 3).reshape(groups * cog, -1)
+    return weight.reshape(weight.shape[0], -1)
+
+
+def scale_out_channels(op: str, weight: np.ndarray, vec: np.ndarray, groups: int = 1) -> np.ndarray:
+    """``weight`` with output channel ``o`` multiplied by ``vec[o]``."""
+    if op == "conv2d_transpose":
+        ci, cog = weight.shape[:2]
+        v = np.asarray(vec).reshape(groups, 1, cog, 1, 1)
+        return (weight.reshape((groups, ci // groups) + weight.shape[1:]) * v).reshape(weight.shape)
+    return weight * np.asarray(vec).reshape((-1,) + (1,) * (weight.ndim - 1))
 
 
 def _bn_affine(bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
@@ -48,7 +72,7 @@ def fold_constants(g: Graph) -> Graph:
     """Replace every operator whose inputs are all constants by its value (computed in numpy)."""
     from .evaluate import evaluate_node
     for n in list(g.nodes):
-        if n.op != "input" and not n.inputs and n.op not in ("conv2d", "dense") and n.tensor_args:
+        if n.op != "input" and not n.inputs and n.op not in LAYERS and n.tensor_args:
             value = evaluate_node(n, [a.value for a in n.tensor_args])
             g.replace_uses(n, Const(value))
             g.nodes.remove(n)
@@ -75,6 +99,24 @@ def _conv_from(node: Node) -> Node | None:
     return Node(node.name, "conv2d", [x], node.shape, node.dtype, None, attrs)
 
 
+def _conv_transpose_from(node: Node) -> Node | None:
+    x, w = node.args[:2]
+    if not (isinstance(x, Node) and isinstance(w, Const)):
+        return None
+    a = node.call.attrs
+    if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "IOHW" or str(a.out_layout) not in ("NCHW", ""):
+        raise GraphError(f"{node.name}: conv2d_transpose in layout {a.data_layout}/{a.kernel_layout}; import the "
+                         "network in NCHW/IOHW")
+    pad = _ints(a.padding)
+    if len(pad) == 2:
+        pad = (pad[0], pad[1], pad[0], pad[1])
+    groups = int(a.groups)
+    attrs = {"weight": w.value.astype(np.float64), "bias": np.zeros(w.shape[1] * groups),
+             "strides": _ints(a.strides), "padding": pad, "output_padding": _ints(a.output_padding),
+             "dilation": _ints(a.dilation), "groups": groups, "act": None}
+    return Node(node.name, "conv2d_transpose", [x], node.shape, node.dtype, None, attrs)
+
+
 def _dense_from(node: Node) -> Node | None:
     x, w = node.args[:2]
     if not (isinstance(x, Node) and isinstance(w, Const)) or len(x.shape) != 2 or w.value.ndim != 2:
@@ -95,9 +137,48 @@ def _channel_vector(c: Const, out_shape: tuple[int, ...]) -> np.ndarray | None:
     return np.broadcast_to(v.reshape(-1) if v.shape[1] > 1 else v.reshape(-1)[:1], (out_shape[1],)).copy()
 
 
+def _scalar(c) -> float | None:
+    return float(c.value.reshape(-1)[0]) if isinstance(c, Const) and c.value.size == 1 else None
+
+
+def _clip_act(layer: Node, nxt: Node):
+    """The layer's activation after ``nxt`` (relu, relu6, clip, maximum/minimum with a scalar), or None.
+
+    Activations are clip intervals, so one after another is their intersection; ``minimum`` alone
+    (no lower bound yet) is not an activation VTA's clip can take here.
+    """
+    act = layer.attrs["act"]
+    lo, hi = (act[1], act[2]) if act is not None else (None, None)
+    if not nxt.args or nxt.args[0] is not layer:
+        return None
+    if nxt.op == "relax.nn.relu":
+        new_lo, new_hi = 0.0, None
+    elif nxt.op == "relax.nn.relu6":
+        new_lo, new_hi = 0.0, 6.0
+    elif nxt.op == "relax.clip":
+        new_lo, new_hi = (float(v.value) for v in nxt.args[1:3])
+    elif nxt.op == "relax.maximum" and len(nxt.args) == 2 and _scalar(nxt.args[1]) is not None:
+        new_lo, new_hi = _scalar(nxt.args[1]), None
+    elif nxt.op == "relax.minimum" and len(nxt.args) == 2 and _scalar(nxt.args[1]) is not None and lo is not None:
+        new_lo, new_hi = None, _scalar(nxt.args[1])
+    else:
+        return None
+    if tuple(nxt.shape) != tuple(layer.shape):
+        return None
+    lo = new_lo if lo is None else (lo if new_lo is None else max(lo, new_lo))
+    hi = new_hi if hi is None else (hi if new_hi is None else min(hi, new_hi))
+    if hi is not None and hi < lo:
+        return None
+    return ("clip", lo, hi)
+
+
 def _fold_next(layer: Node, nxt: Node) -> bool:
     """Fold ``nxt`` (the layer's only reader) into the layer; False if it is not foldable."""
     at = layer.attrs
+    act = _clip_act(layer, nxt)
+    if act is not None:
+        at["act"] = act
+        return True
     if at["act"] is not None:
         return False
     if nxt.op in AFFINE and len(nxt.args) == 2:
@@ -111,16 +192,16 @@ def _fold_next(layer: Node, nxt: Node) -> bool:
         vec = _channel_vector(c, layer.shape)
         if vec is None or tuple(nxt.shape) != tuple(layer.shape):
             return False
-        wshape = (-1,) + (1,) * (at["weight"].ndim - 1)
+        groups = at.get("groups", 1)
         if nxt.op == "relax.add":
             at["bias"] = at["bias"] + vec
         elif nxt.op == "relax.subtract" and layer_first:
             at["bias"] = at["bias"] - vec
         elif nxt.op == "relax.multiply":
-            at["weight"] = at["weight"] * vec.reshape(wshape)
+            at["weight"] = scale_out_channels(layer.op, at["weight"], vec, groups)
             at["bias"] = at["bias"] * vec
         elif nxt.op == "relax.divide" and layer_first:
-            at["weight"] = at["weight"] / vec.reshape(wshape)
+            at["weight"] = scale_out_channels(layer.op, at["weight"], 1.0 / vec, groups)
             at["bias"] = at["bias"] / vec
         else:
             return False
@@ -130,26 +211,21 @@ def _fold_next(layer: Node, nxt: Node) -> bool:
         if aff is None:
             return False
         scale, shift = aff
-        at["weight"] = at["weight"] * scale.reshape((-1,) + (1,) * (at["weight"].ndim - 1))
+        at["weight"] = scale_out_channels(layer.op, at["weight"], scale, at.get("groups", 1))
         at["bias"] = at["bias"] * scale + shift
-        return True
-    if nxt.op == "relax.nn.relu" and nxt.args[0] is layer:
-        at["act"] = ("clip", 0.0, None)
-        return True
-    if nxt.op == "relax.clip" and nxt.args[0] is layer:
-        lo, hi = (float(v.value) for v in nxt.args[1:3])
-        at["act"] = ("clip", lo, hi)
         return True
     return False
 
 
 def canonicalize(g: Graph) -> Graph:
-    """Replace constant-weight conv2d/matmul (and what folds into them) by ``conv2d``/``dense`` nodes."""
+    """Replace constant-weight conv2d/conv2d_transpose/matmul (and what folds into them) by canonical layers."""
     fold_constants(g)
     for node in list(g.nodes):
         new = None
         if node.op == "relax.nn.conv2d":
             new = _conv_from(node)
+        elif node.op == "relax.nn.conv2d_transpose":
+            new = _conv_transpose_from(node)
         elif node.op == "relax.matmul":
             new = _dense_from(node)
         if new is not None:
@@ -160,7 +236,7 @@ def canonicalize(g: Graph) -> Graph:
         changed = False
         users = g.users()
         for layer in g.nodes:
-            if layer.op not in ("conv2d", "dense"):
+            if layer.op not in LAYERS:
                 continue
             us = users[id(layer)]
             if len(us) != 1 or us[0] is None:
@@ -178,7 +254,7 @@ def canonicalize(g: Graph) -> Graph:
             g.nodes[k:k + 1] = [mul, add]
             g.replace_uses(n, add)
             mul.args[0] = n.args[0]
-    count = {"conv2d": 0, "dense": 0}
+    count = dict.fromkeys(LAYERS, 0)
     for n in g.nodes:
         if n.op in count:
             n.attrs["relax_name"] = n.name

@@ -1,6 +1,7 @@
 """Run a float graph on numpy (for calibration): every node's output, fast.
 
-Convolutions and dense layers run as BLAS matrix products (im2col), the common element-wise and
+Convolutions and dense layers run as BLAS matrix products (im2col; transposed convolutions scatter
+one matrix product per kernel tap), the common element-wise and
 pooling operators in numpy. Any other operator runs as itself: a one-operator Relax function
 compiled for the CPU (cached), so an operator this file does not know still gets its real values.
 """
@@ -38,6 +39,33 @@ def conv2d_nchw(x: np.ndarray, w: np.ndarray, strides, padding, dilation=(1, 1),
         y = cols.reshape(n * oh * ow, -1) @ wg.T
         out[:, g * og:(g + 1) * og] = y.reshape(n, oh, ow, og).transpose(0, 3, 1, 2)
     return out
+
+
+def conv2d_transpose_nchw(x: np.ndarray, w: np.ndarray, strides, padding, output_padding=(0, 0), dilation=(1, 1),
+                          groups: int = 1) -> np.ndarray:
+    """Float transposed convolution, NCHW x IOHW ``(CI, CO/groups, KH, KW)``, by scattering.
+
+    Input pixel ``(y, x)`` adds ``x * w[.., ky, kx]`` to output pixel ``(y*sh - pt + ky*dh, x*sw - pl + kx*dw)``;
+    ``output_padding`` adds rows and columns at the bottom and right (padding: top, left, bottom, right).
+    """
+    n, c, h, wd = x.shape
+    ci, cog, kh, kw = w.shape
+    (sh, sw), (dh, dw), (oph, opw) = strides, dilation, output_padding
+    pt, pl, pb, pr = padding
+    oh = (h - 1) * sh - pt - pb + dh * (kh - 1) + 1 + oph
+    ow = (wd - 1) * sw - pl - pr + dw * (kw - 1) + 1 + opw
+    full_h = max((h - 1) * sh + dh * (kh - 1) + 1, pt + oh)
+    full_w = max((wd - 1) * sw + dw * (kw - 1) + 1, pl + ow)
+    cig = c // groups
+    full = np.zeros((n, groups * cog, full_h, full_w), np.float32)
+    for g in range(groups):
+        xs = x[:, g * cig:(g + 1) * cig].transpose(0, 2, 3, 1).reshape(n * h * wd, cig).astype(np.float32)
+        for i in range(kh):
+            for j in range(kw):
+                y = (xs @ w[g * cig:(g + 1) * cig, :, i, j].astype(np.float32)).reshape(n, h, wd, cog)
+                full[:, g * cog:(g + 1) * cog, i * dh:i * dh + sh * (h - 1) + 1:sh,
+                     j * dw:j * dw + sw * (wd - 1) + 1:sw] += y.transpose(0, 3, 1, 2)
+    return full[:, :, pt:pt + oh, pl:pl + ow]
 
 
 def _act(y: np.ndarray, act) -> np.ndarray:
@@ -120,7 +148,7 @@ def _relax_op(node: Node, vals: list[np.ndarray]) -> np.ndarray:
     vm = _compiled.get(key)
     if vm is None:
         vm = _compiled[key] = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
-    return vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(v)) for v in vals]).numpy()
+    return vm["main"](*[tvm.runtime.tensor(np.asarray(v, order="C")) for v in vals]).numpy()   # 0-d stays 0-d
 
 
 def evaluate_node(n: Node, args: list[np.ndarray]) -> np.ndarray:
@@ -128,6 +156,11 @@ def evaluate_node(n: Node, args: list[np.ndarray]) -> np.ndarray:
     if n.op == "conv2d":
         at = n.attrs
         y = conv2d_nchw(args[0], at["weight"], at["strides"], at["padding"], at["dilation"], at["groups"])
+        y = _act(y + at["bias"].reshape(1, -1, 1, 1).astype(np.float32), at["act"])
+    elif n.op == "conv2d_transpose":
+        at = n.attrs
+        y = conv2d_transpose_nchw(args[0], at["weight"], at["strides"], at["padding"], at["output_padding"],
+                                  at["dilation"], at["groups"])
         y = _act(y + at["bias"].reshape(1, -1, 1, 1).astype(np.float32), at["act"])
     elif n.op == "dense":
         at = n.attrs
@@ -153,4 +186,4 @@ def evaluate(g: Graph, feeds: list[np.ndarray]) -> dict[int, np.ndarray]:
     return vals
 
 
-__all__ = ["Const", "conv2d_nchw", "evaluate", "evaluate_node"]
+__all__ = ["Const", "conv2d_nchw", "conv2d_transpose_nchw", "evaluate", "evaluate_node"]

@@ -4,7 +4,10 @@
 the weights are parameters of ``main`` and ``params`` maps their names to numpy arrays. A module
 exported from ``relax.frontend.nn`` (``model.export_tvm(spec)``) comes with a list of
 ``(name, Parameter)``; ``bind_params`` accepts both. ``normalize`` binds the weights as constants; ``canon`` then folds
-constant arithmetic and batch norm into the convolutions' weights and biases.
+constant arithmetic and batch norm into the convolutions' weights and biases. TVM's ONNX importer
+writes ``Clip`` (ReLU6) as TE functions (``call_tir`` of an element-wise max or min with a bound);
+``bind_params`` turns them back into ``relax.maximum`` / ``relax.minimum``, which fold into the
+layer before them as its activation.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from typing import Any
 
 import numpy as np
 import tvm
-from tvm import relax
+import tvm_ffi
+from tvm import relax, tirx
 
 from .ir import GraphError
 
@@ -63,6 +67,44 @@ def _array(v: Any) -> np.ndarray:
     return np.asarray(data)
 
 
+def _max_min_of_bound(func) -> str | None:
+    """``"maximum"`` / ``"minimum"`` if the PrimFunc is ``out = max/min(tensor, 0-d bound)`` element-wise."""
+    if not isinstance(func, tirx.PrimFunc) or len(func.params) != 3:
+        return None
+    data, bound, _ = func.params               # buffers (a TensorLoad's source is the parameter itself)
+    if len(getattr(bound.ty, "shape", (0,))) != 0:
+        return None
+    stores = []
+    tvm_ffi.structural_map(func.body, (tirx.BufferStore, lambda s: stores.append(s) or s), order="post")
+    if len(stores) != 1:
+        return None
+    v = stores[0].value
+    kind = "maximum" if isinstance(v, tirx.Max) else "minimum" if isinstance(v, tirx.Min) else None
+    if kind and isinstance(v.a, tvm.ir.TensorLoad) and isinstance(v.b, tvm.ir.TensorLoad) and \
+            v.a.source.same_as(data) and v.b.source.same_as(bound):
+        return kind
+    return None
+
+
+@relax.expr_functor.mutator
+class _BoundCalls(relax.PyExprMutator):
+    """``call_tir`` of a TE max/min with a 0-d bound (TVM's ONNX ``Clip``) becomes ``relax.maximum/minimum``."""
+
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.mod = mod
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir" and \
+                isinstance(call.args[0], relax.GlobalVar) and isinstance(call.args[1], relax.Tuple) and \
+                len(call.args[1].fields) == 2:
+            kind = _max_min_of_bound(self.mod[call.args[0]])
+            if kind:
+                return getattr(relax.op, kind)(*call.args[1].fields)
+        return call
+
+
 def bind_params(mod: tvm.IRModule, params: Any) -> relax.Function:
     """``main`` with its weight parameters replaced by constants; only the network inputs remain.
 
@@ -72,6 +114,8 @@ def bind_params(mod: tvm.IRModule, params: Any) -> relax.Function:
     """
     name = entry_function(mod)
     func = mod[name]
+    if any(isinstance(f, tirx.PrimFunc) for f in mod.functions.values()):
+        func = _BoundCalls(mod).visit_expr(func)
     n_in = _num_inputs(func)
     weights = func.params[n_in:]
     if params is None:
@@ -97,7 +141,7 @@ def bind_params(mod: tvm.IRModule, params: Any) -> relax.Function:
         want = tuple(int(s) for s in p.ty.shape)
         if arr.shape != want:
             raise GraphError(f"weight {p.name!r}: value of shape {arr.shape}, the function expects {want}")
-        binding[p] = np.ascontiguousarray(arr.astype(str(p.ty.dtype)))
+        binding[p] = np.asarray(arr.astype(str(p.ty.dtype)), order="C")    # 0-d stays 0-d
     # BindParams finds the function by its global symbol (an nn export's is "forward")
     m = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
     if binding:

@@ -1,13 +1,16 @@
 """VTA kernels of a network: one scheduled PrimFunc per distinct layer workload and epilogue.
 
-A layer is offloaded as ``call_tir`` of a kernel from ``vta.top`` (``conv2d_layer`` /
-``dense_layer`` with their automatic tiling); layers with the same shapes, epilogue and shift
+A layer is offloaded as ``call_tir`` of a kernel from ``vta.top`` (``conv2d_layer``,
+``group_conv2d_layer``, ``conv2d_transpose_layer`` or ``dense_layer`` with their automatic tiling);
+layers with the same shapes, epilogue and shift
 share one kernel. The kernels carry ``env.target`` (ext_dev), so ``graph.build`` sends them, and
 only them, through the "vta" TIR pipeline.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 
 import tvm
@@ -15,16 +18,20 @@ from tvm import relax
 
 from ..environment import Environment
 from ..top import conv2d as C
+from ..top import conv2d_transpose as CT
 from ..top import dense as D
+from ..top import group_conv2d as G
 
 #: PrimFunc attribute that marks a VTA kernel (compiled with the "vta" TIR pipeline)
 KERNEL_ATTR = "vta.kernel"
+#: PrimFunc attribute with the kernel's tuning task as JSON (kind, workload, acc_operands; see vta_compiler.autotune)
+TASK_ATTR = "vta.task"
 
 
 @dataclass(frozen=True)
 class KernelKey:
-    kind: str                       # "conv2d" | "dense"
-    workload: object                # Conv2DWorkload | (batch, in, out)
+    kind: str                       # "conv2d" | "group_conv2d" | "conv2d_transpose" | "dense"
+    workload: object                # Conv2DWorkload | GroupConv2DWorkload | Conv2DTransposeWorkload | (batch, in, out)
     bias: bool
     shift: int | None               # immediate shift, or None with channel_shift
     channel_shift: bool
@@ -49,14 +56,21 @@ class KernelCache:
         env = self.env
         ops = 1 + int(key.channel_shift)
         shift = key.shift or 0
-        if key.kind == "conv2d":
+        label = key.kind
+        if key.kind in ("conv2d", "group_conv2d", "conv2d_transpose"):
             wkl = key.workload
-            tiling = tiling_for("conv2d", wkl, env, ops)
-            func = C.conv2d_layer(wkl, env, shift=shift, bias=key.bias, clip=key.clip,
-                                  channel_shift=key.channel_shift)
-            sch = C.schedule_conv2d_packed(func, tiling, env=env)
+            tiling = tiling_for(key.kind, wkl, env, ops)
+            layer, schedule = {"conv2d": (C.conv2d_layer, C.schedule_conv2d_packed),
+                               "group_conv2d": (G.group_conv2d_layer, G.schedule_group_conv2d_packed),
+                               "conv2d_transpose": (CT.conv2d_transpose_layer,
+                                                    CT.schedule_conv2d_transpose_packed)}[key.kind]
+            func = layer(wkl, env, shift=shift, bias=key.bias, clip=key.clip, channel_shift=key.channel_shift)
+            sch = schedule(func, tiling, env=env)
             desc = (f"{wkl.height}x{wkl.width}_{wkl.in_filter}to{wkl.out_filter}_k{wkl.hkernel}x{wkl.wkernel}"
                     f"_s{wkl.hstride}")
+            if key.kind == "group_conv2d":
+                label = "depthwise_conv2d" if wkl.is_depthwise else "group_conv2d"
+                desc += "" if wkl.is_depthwise else f"_g{wkl.groups}"
         else:
             batch, cin, cout = key.workload
             tiling = tiling_for("dense", key.workload, env, ops)
@@ -64,9 +78,12 @@ class KernelCache:
                                  channel_shift=key.channel_shift)
             sch = D.schedule_dense_packed(func, tiling, env=env)
             desc = f"{batch}x{cin}to{cout}"
-        name = f"vta_{key.kind}_{desc}_{len(self.kernels)}"
+        name = f"vta_{label}_{desc}_{len(self.kernels)}"
         prim = sch.mod["main"].with_attr("global_symbol", name).with_attr("target", env.target)
         prim = prim.with_attr("vta.workload", str(key.workload)).with_attr(KERNEL_ATTR, 1)
+        wkl = dataclasses.asdict(key.workload) if key.kind == "conv2d" else \
+            dict(zip(("batch", "in_features", "out_features"), (int(x) for x in key.workload)))
+        prim = prim.with_attr(TASK_ATTR, json.dumps({"kind": key.kind, "workload": wkl, "acc_operands": ops}))
         gv = self.bb.add_func(prim, name)
         return gv, tiling
 

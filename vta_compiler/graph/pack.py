@@ -1,9 +1,13 @@
 """``graph_pack``: offload every layer VTA can compute, in packed layouts, by pattern.
 
-A layer is found by a Relax dataflow pattern (``relax.dpl``): an int8 ``conv2d`` (or ``matmul``)
-with a constant weight, then VTA's epilogue (``+ bias``, ``>> shift``, ``clip``, ``astype int8``,
-each but the cast optional). A match that VTA can run becomes ``call_tir`` of a ``vta.top`` kernel
-on ``ext_dev``; one that it cannot keeps its ops on the CPU and the placement report says why.
+A layer is found by a Relax dataflow pattern (``relax.dpl``): an int8 ``conv2d`` (one group, or
+grouped and depthwise), ``conv2d_transpose`` or ``matmul`` with a constant weight, then VTA's
+epilogue (``+ bias``, ``>> shift``, ``clip``, ``astype int8``, each but the cast optional). A match
+that VTA can run becomes ``call_tir`` of a ``vta.top`` kernel (``conv2d``, ``group_conv2d``,
+``conv2d_transpose``, ``dense``) on ``ext_dev``; one that it cannot keeps its ops on the CPU and the
+placement report says why (for group and transposed convolutions, the operator's ``*_supported``
+reason). Depthwise layers go to VTA as block-diagonal group convolutions unless
+``graph_pack(..., depthwise="cpu")`` (see ``DEPTHWISE_NOTE``).
 
 Tensors live in one of two forms: *plain* (the network's own layout, on the CPU) or *packed*
 (``(N/B, C/BLOCK, H, W, B, BLOCK)`` or ``(N/B, C/BLOCK, B, BLOCK)``, channels zero-padded to the
@@ -30,9 +34,12 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 
 from ..environment import Environment, get_env
+from ..top import conv2d_transpose as CT
+from ..top import group_conv2d as G
 from ..top import packing as P
 from ..top.conv2d import Conv2DWorkload, conv2d_tiling
 from ..top.dense import dense_tiling
+from ..top.tuned import records_key
 from ..transform.common import VTACompileError
 from .ir import Const, Graph, GraphError, Node, const
 from .kernels import KernelCache, KernelKey
@@ -53,31 +60,57 @@ def _epilogue(core):
     return is_op("relax.astype")(clipped)
 
 
-#: (kind, pattern) of every layer graph_pack offloads
+#: (kind, pattern) of every layer graph_pack offloads; the first that matches decides the kind
 PATTERNS = [
-    ("conv2d", _epilogue(is_op("relax.nn.conv2d")(wildcard(), is_const()))),
+    ("conv2d", _epilogue(is_op("relax.nn.conv2d")(wildcard(), is_const()).has_attr({"groups": 1}))),
+    ("group_conv2d", _epilogue(is_op("relax.nn.conv2d")(wildcard(), is_const()))),    # groups > 1, depthwise
+    ("conv2d_transpose", _epilogue(is_op("relax.nn.conv2d_transpose")(wildcard(), is_const()))),
     ("dense", _epilogue(is_op("relax.matmul")(wildcard(), is_const()))),
 ]
+#: where depthwise layers go: graph_pack(..., depthwise=...). On VTA by default: the data stays packed (no
+#: layout change around the layer) and, measured on MobileNet v1 (224x224, `python -m bench --only depthwise
+#: --tsim`), its 13 depthwise layers take 21 ms on VTA at 100 MHz (6 ms at 333 MHz) against 16.5 ms of a
+#: server CPU for the CPU path (TVM's default lowering plus 26 layout changes); a board's Cortex-A9 is
+#: several times slower than that CPU.
+DEPTHWISE_PLACES = ("vta", "cpu")
+#: placement note of a depthwise layer on VTA / kept on the CPU
+DEPTHWISE_NOTE = {
+    "vta": "block-diagonal weight tiles (1/16 of the issued MACs are useful), the data stays packed; "
+           "graph_pack(depthwise='cpu') runs it on the CPU",
+    "cpu": "depthwise convolution kept on the CPU by graph_pack(depthwise='cpu') (with a layout change before "
+           "and after it)",
+}
 
 
 @dataclass
 class VtaLayer:
-    kind: str
+    kind: str                               # "conv2d" | "group_conv2d" | "conv2d_transpose" | "dense"
     name: str
     out: Node
     nodes: list[Node]
     x: Node
-    weight: np.ndarray                      # int8, OIHW or OI, unpadded
+    weight: np.ndarray                      # int8, unpadded: OIHW (I per group), IOHW (conv2d_transpose) or OI
     bias: np.ndarray | None                 # int32 per output channel
     shift: int | np.ndarray | None          # immediate or int32 per output channel
     clip: tuple[int, int] | None
-    conv: dict = field(default_factory=dict)   # strides, padding (t, l, b, r)
+    conv: dict = field(default_factory=dict)   # strides, padding (t, l, b, r), groups, output_padding
     fold: bool = False
+
+    @property
+    def depthwise(self) -> bool:
+        """A grouped convolution with one input channel per group."""
+        return self.kind == "group_conv2d" and self.conv["groups"] == self.x.shape[1]
+
+    @property
+    def label(self) -> str:
+        return "depthwise_conv2d" if self.depthwise else self.kind
 
     @property
     def macs(self) -> int:
         if self.kind == "dense":
             return int(self.x.shape[0] * self.weight.shape[0] * self.weight.shape[1])
+        if self.kind == "conv2d_transpose":          # every input pixel times every tap
+            return int(np.prod(self.x.shape) * np.prod(self.weight.shape[1:]))
         n, o, oh, ow = self.out.shape
         return int(n * o * oh * ow * int(np.prod(self.weight.shape[1:])))
 
@@ -104,7 +137,12 @@ def _chain(out: Node) -> dict[str, Node]:
     return parts
 
 
-def _layer_from(kind: str, parts: dict[str, Node], env: Environment) -> VtaLayer | str:
+def _pads(a) -> tuple[int, int, int, int]:
+    pad = tuple(int(p) for p in a.padding)
+    return pad * 2 if len(pad) == 2 else pad
+
+
+def _layer_from(kind: str, parts: dict[str, Node], env: Environment, depthwise: str = "vta") -> VtaLayer | str:
     """The layer VTA runs for a matched chain, or why it cannot."""
     core, out = parts["core"], parts["astype"]
     x, w = core.args[0], core.args[1]
@@ -115,16 +153,19 @@ def _layer_from(kind: str, parts: dict[str, Node], env: Environment) -> VtaLayer
         return f"{x.dtype} data times {w.dtype} weights; VTA multiplies int8 by int8"
     if str(a.out_dtype) != "int32":
         return f"accumulates in {a.out_dtype}; VTA accumulates in int32"
-    if kind == "conv2d":
-        if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW":
-            return f"layout {a.data_layout}/{a.kernel_layout} (graph_pack reads NCHW/OIHW)"
-        if int(a.groups) != 1:
-            return f"grouped convolution (groups={int(a.groups)}); VTA's conv2d_packed has one group"
+    if kind in ("conv2d", "group_conv2d", "conv2d_transpose"):
+        layouts = (str(a.data_layout), str(a.kernel_layout))
+        want = ("NCHW", "IOHW") if kind == "conv2d_transpose" else ("NCHW", "OIHW")
+        if layouts != want:
+            return f"layout {layouts[0]}/{layouts[1]} (graph_pack reads {want[0]}/{want[1]})"
+        groups = int(a.groups)
+        if kind == "conv2d_transpose" and groups != 1:
+            return f"grouped transposed convolution (groups={groups}); VTA's conv2d_transpose_packed has one group"
+        if kind == "group_conv2d" and depthwise == "cpu" and groups == x.shape[1]:
+            return DEPTHWISE_NOTE["cpu"]
         if any(int(d) != 1 for d in a.dilation):
             return f"dilated convolution (dilation={tuple(int(d) for d in a.dilation)})"
-        pad = tuple(int(p) for p in a.padding)
-        if len(pad) == 2:
-            pad = pad * 2
+        pad = _pads(a)
         if pad[0] != pad[2] or pad[1] != pad[3]:
             return f"asymmetric padding {pad} (VTA pads symmetrically while loading)"
         weight = w.value
@@ -132,7 +173,7 @@ def _layer_from(kind: str, parts: dict[str, Node], env: Environment) -> VtaLayer
         if len(x.shape) != 2 or w.value.ndim != 2:
             return f"batched matmul of {x.shape} by {w.shape} (VTA's dense is 2-D)"
         weight = np.ascontiguousarray(w.value.T)
-    nout = weight.shape[0]
+    nout = weight.shape[1] if kind == "conv2d_transpose" else weight.shape[0]
     bias = shift = None
     if "bias" in parts:
         b = parts["bias"].args[1]
@@ -154,8 +195,10 @@ def _layer_from(kind: str, parts: dict[str, Node], env: Environment) -> VtaLayer
         lo, hi = (int(p.value) for p in parts["clip"].args[1:3])
         clip = (max(lo, -(1 << 31)), min(hi, (1 << 31) - 1))
     layer = VtaLayer(kind, out.name, out, list(parts.values()), x, weight, bias, shift, clip)
-    if kind == "conv2d":
-        layer.conv = {"strides": tuple(int(s) for s in a.strides), "padding": pad}
+    if kind != "dense":
+        layer.conv = {"strides": tuple(int(s) for s in a.strides), "padding": pad, "groups": groups}
+    if kind == "conv2d_transpose":
+        layer.conv["output_padding"] = tuple(int(p) for p in a.output_padding)
     reason = _fit(layer, env)
     return reason if reason else layer
 
@@ -165,13 +208,28 @@ def _ceil(n: int, k: int) -> int:
 
 
 def workload(layer: VtaLayer, env: Environment):
-    """The ``vta.top`` workload VTA computes for a layer (folded, channels padded to the block)."""
-    o = _ceil(layer.weight.shape[0], env.BLOCK_OUT)
+    """The ``vta.top`` workload VTA computes for a layer (folded, channels padded to the block).
+
+    A block-diagonal group convolution (depthwise) is padded with whole groups of zero weights.
+    """
+    bi, bo = env.BLOCK_IN, env.BLOCK_OUT
     if layer.kind == "dense":
-        return (layer.x.shape[0], _ceil(layer.weight.shape[1], env.BLOCK_IN), o)
+        return (layer.x.shape[0], _ceil(layer.weight.shape[1], bi), _ceil(layer.weight.shape[0], bo))
     n, c, h, w = layer.x.shape
-    _, _, kh, kw = layer.weight.shape
+    kh, kw = layer.weight.shape[2:]
     (sh, sw), (pt, pl, _, _) = layer.conv["strides"], layer.conv["padding"]
+    if layer.kind == "conv2d_transpose":
+        oph, opw = layer.conv["output_padding"]
+        return CT.Conv2DTransposeWorkload(n, h, w, _ceil(c, bi), _ceil(layer.weight.shape[1], bo), kh, kw, pt, pl,
+                                          sh, sw, oph, opw)
+    if layer.kind == "group_conv2d":
+        o, g = layer.out.shape[1], layer.conv["groups"]
+        cpg = c // g
+        if c % bi and cpg == o // g and bi == bo and bi % cpg == 0:
+            c = o = _ceil(c, bi)
+            g = c // cpg
+        return G.GroupConv2DWorkload(n, h, w, c, o, g, kh, kw, pt, pl, sh, sw)
+    o = _ceil(layer.weight.shape[0], bo)
     if layer.fold:
         ow = (w + 2 * pl - kw) // sw + 1
         return Conv2DWorkload(n, h, ow, c * kw, o, kh, 1, pt, 0, sh, 1)
@@ -188,11 +246,16 @@ _tilings: dict = {}
 
 
 def tiling_for(kind: str, wkl, env: Environment, acc_operands: int):
-    """The automatic tiling of a workload (searched once per workload and configuration)."""
-    key = (kind, wkl, env.config.hash(), acc_operands)
+    """The tiling of a workload: its best record (``vta_compiler.autotune``), else the cost model's choice
+    (searched once per workload, configuration and set of active records)."""
+    key = (kind, wkl, env.config.hash(), acc_operands, records_key())
     if key not in _tilings:
         if kind == "conv2d":
             _tilings[key] = conv2d_tiling(wkl, env, acc_operands=acc_operands)
+        elif kind == "group_conv2d":
+            _tilings[key] = G.group_conv2d_tiling(wkl, env, acc_operands=acc_operands)
+        elif kind == "conv2d_transpose":
+            _tilings[key] = CT.conv2d_transpose_tiling(wkl, env, acc_operands=acc_operands)
         else:
             _tilings[key] = dense_tiling(*wkl, env, acc_operands=acc_operands)
     return _tilings[key]
@@ -202,14 +265,21 @@ def _fit(layer: VtaLayer, env: Environment) -> str | None:
     ops = 1 + int(isinstance(layer.shift, np.ndarray))
     if layer.kind == "conv2d":
         layer.fold = _fold_helps(layer, env)
+    wkl = workload(layer, env)
     try:
-        tiling_for(layer.kind, workload(layer, env), env, ops)
+        tiling_for(layer.kind, wkl, env, ops)
     except VTACompileError as exc:
+        if layer.kind == "group_conv2d":
+            what = "depthwise" if layer.depthwise else "group"
+            return f"VTA cannot run this {what} convolution: {G.group_conv2d_supported(wkl, env, ops) or exc}"
+        if layer.kind == "conv2d_transpose":
+            return f"VTA cannot run this transposed convolution: {CT.conv2d_transpose_supported(wkl, env, ops) or exc}"
         return f"does not fit VTA's buffers: {exc}"
     return None
 
 
-def match_layers(func: relax.Function, g: Graph, env: Environment) -> tuple[list[VtaLayer], dict[int, str]]:
+def match_layers(func: relax.Function, g: Graph, env: Environment,
+                 depthwise: str = "vta") -> tuple[list[VtaLayer], dict[int, str]]:
     """The layers VTA runs, and for every GEMM op left on the CPU the reason."""
     var2val = relax.analysis.get_var2val(func)
     users = g.users()
@@ -227,7 +297,7 @@ def match_layers(func: relax.Function, g: Graph, env: Environment) -> tuple[list
                 reasons[id(parts["core"])] = (f"its int32 result {shared[0].name if shared else ''} is also used "
                                               "elsewhere, so it cannot be fused with VTA's epilogue")
                 break
-            got = _layer_from(kind, parts, env)
+            got = _layer_from(kind, parts, env, depthwise)
             if isinstance(got, str):
                 reasons[id(parts["core"])] = got
             else:
@@ -236,7 +306,8 @@ def match_layers(func: relax.Function, g: Graph, env: Environment) -> tuple[list
             break
     layers.reverse()
     for n in g.nodes:
-        if n.op in ("relax.nn.conv2d", "relax.matmul") and id(n) not in taken and id(n) not in reasons:
+        if n.op in ("relax.nn.conv2d", "relax.nn.conv2d_transpose", "relax.matmul") and id(n) not in taken and \
+                id(n) not in reasons:
             reasons[id(n)] = ("a float layer (kept in float or not quantized)" if n.dtype.startswith("float")
                               else "not followed by VTA's int8 epilogue")
     return layers, reasons
@@ -416,8 +487,11 @@ class _Packer:
                         channel_shift, layer.clip)
         gv, tiling = self.kernels.get(key)
         bo, bi, b = env.BLOCK_OUT, env.BLOCK_IN, env.BATCH
-        o = layer.weight.shape[0]
+        o = layer.out.shape[1]
         op_ = _ceil(o, bo)
+
+        def per_channel(v):
+            return P.pack_bias_conv(np.pad(np.asarray(v, np.int32), (0, op_ - o)), wkl.batch, b, bo)
         if layer.kind == "conv2d":
             w = layer.weight
             if layer.fold:
@@ -428,9 +502,15 @@ class _Packer:
                 x = self.get_packed(layer.x)
             w = P.pad_channels(P.pad_channels(w, 0, bo), 1, bi)
             wpk = P.pack_oihw(w, bo, bi)
-
-            def per_channel(v):
-                return P.pack_bias_conv(np.pad(np.asarray(v, np.int32), (0, op_ - o)), wkl.batch, b, bo)
+        elif layer.kind == "group_conv2d":          # padded groups have zero weights
+            w = np.pad(layer.weight, ((0, wkl.out_filter - o), (0, 0), (0, 0), (0, 0)))
+            wpk = G.pack_group_conv2d_kernel(w, wkl.groups, bo, bi)
+            x = self.get_packed(layer.x)
+        elif layer.kind == "conv2d_transpose":
+            ci = layer.weight.shape[0]
+            w = np.pad(layer.weight, ((0, wkl.in_filter - ci), (0, wkl.out_filter - o), (0, 0), (0, 0)))
+            wpk = CT.pack_conv2d_transpose_kernel(w, wkl, bo, bi)
+            x = self.get_packed(layer.x)
         else:
             w = P.pad_channels(P.pad_channels(layer.weight, 0, bo), 1, bi)
             wpk = P.pack_oi(w, bo, bi)
@@ -455,12 +535,18 @@ class _Packer:
         if layer.kind == "conv2d":
             issued = wkl.batch * wkl.out_filter * wkl.out_height * wkl.out_width * \
                 _ceil(wkl.in_filter, bi) * wkl.hkernel * wkl.wkernel
+        elif layer.kind == "group_conv2d":        # a block-diagonal tile issues a whole block per channel
+            issued = wkl.batch * wkl.out_filter * wkl.out_height * wkl.out_width * max(wkl.in_per_group, bi) * \
+                wkl.hkernel * wkl.wkernel
+        elif layer.kind == "conv2d_transpose":     # the taps of each phase, no zeros of the dilation
+            issued = wkl.macs
         else:
             issued = wkl[0] * wkl[1] * wkl[2]
-        self.rows.append({"name": layer.name, "op": f"{layer.kind} {'+'.join(epi) or ''}".strip(), "device": "VTA",
+        note = "kernel columns folded into channels" if layer.fold else \
+            DEPTHWISE_NOTE["vta"] if layer.depthwise else ""
+        self.rows.append({"name": layer.name, "op": f"{layer.label} {'+'.join(epi) or ''}".strip(), "device": "VTA",
                           "layout": "packed", "macs": useful, "issued_macs": int(issued),
-                          "kernel": gv.name_hint, "tiling": str(tiling), "fold": layer.fold,
-                          "note": "kernel columns folded into channels" if layer.fold else ""})
+                          "kernel": gv.name_hint, "tiling": str(tiling), "fold": layer.fold, "note": note})
 
     def host(self, n: Node, packed: bool) -> None:
         args = []
@@ -493,6 +579,8 @@ class _Packer:
         macs = 0
         if n.op == "relax.nn.conv2d":
             macs = int(np.prod(n.shape) * np.prod(n.tensor_args[1].shape[1:]))
+        elif n.op == "relax.nn.conv2d_transpose":     # every input pixel times every tap
+            macs = int(np.prod(n.tensor_args[0].shape) * np.prod(n.tensor_args[1].shape[1:]))
         elif n.op == "relax.matmul" and len(n.tensor_args) == 2:
             macs = int(np.prod(n.shape) * n.tensor_args[0].shape[-1])
         self.rows.append({"name": n.name, "op": n.op.removeprefix("relax."), "device": "CPU",
@@ -529,17 +617,22 @@ def _check_batch(g: Graph, layers: list[VtaLayer], env: Environment) -> None:
                              f"{_ceil(n, env.BATCH)} (for ONNX: from_onnx(model, shape_dict={{...}}))")
 
 
-def graph_pack(qmod: tvm.IRModule, env: Environment | None = None) -> tvm.IRModule:
-    """Offload every conv2d/dense layer VTA can run (packed layouts, ``ext_dev``); the rest stays on the CPU.
+def graph_pack(qmod: tvm.IRModule, env: Environment | None = None, *, depthwise: str = "vta") -> tvm.IRModule:
+    """Offload every layer VTA can run (packed layouts, ``ext_dev``); the rest stays on the CPU.
 
-    ``qmod``: a quantized network (``graph.quantize``). Returns a Relax module whose ``main`` calls VTA
-    kernels (one per distinct workload) and host operators, with the VDevices ``[cpu, ext_dev]``
-    declared; ``graph.placement(pmod)`` reports where each op runs and why, ``graph.build`` compiles it.
+    Layers: conv2d, grouped and depthwise conv2d, conv2d_transpose and dense, each with its epilogue.
+    ``qmod``: a quantized network (``graph.quantize``). ``depthwise``: ``"vta"`` (block-diagonal group
+    convolutions; the data stays packed) or ``"cpu"`` (see ``DEPTHWISE_NOTE`` and the README). Returns a
+    Relax module whose ``main`` calls VTA kernels (one per distinct workload) and host operators, with the
+    VDevices ``[cpu, ext_dev]`` declared; ``graph.placement(pmod)`` reports where each op runs and why,
+    ``graph.build`` compiles it.
     """
     env = env or get_env()
+    if depthwise not in DEPTHWISE_PLACES:
+        raise GraphError(f"graph_pack: depthwise={depthwise!r}; choose one of {', '.join(DEPTHWISE_PLACES)}")
     func = qmod["main"]
     g = Graph.from_relax(func)
-    layers, reasons = match_layers(func, g, env)
+    layers, reasons = match_layers(func, g, env, depthwise)
     _check_batch(g, layers, env)
     packer = _Packer(g, env, layers, reasons)
     main = packer.run("main")

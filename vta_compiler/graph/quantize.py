@@ -2,7 +2,8 @@
 
 Every activation is int8 with a power-of-two scale (``real = q * 2**-e``; ``e`` is the tensor's
 *exponent*), weights are int8 with a power-of-two scale per output channel (or one per layer), and
-a convolution or dense layer is requantized exactly as VTA's ALU does it::
+a convolution (also grouped, depthwise or transposed) or dense layer is requantized exactly as VTA's
+ALU does it::
 
     acc = conv2d(x_q, w_q) (int32);  y_q = int8(clip((acc + bias_q) >> shift, lo, hi))
 
@@ -29,7 +30,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .canon import canonicalize
+from .canon import LAYERS, canonicalize, out_channel_rows, scale_out_channels
 from .evaluate import evaluate
 from .frontend import normalize
 from .ir import Const, Graph, GraphError, Node, const
@@ -111,7 +112,7 @@ def calibrate(g: Graph, calibration: Iterable, percentile: float | None = None) 
 
 
 def _layer_index(g: Graph) -> list[Node]:
-    return [n for n in g.nodes if n.op in ("conv2d", "dense")]
+    return [n for n in g.nodes if n.op in LAYERS]
 
 
 def _skipped(g: Graph, skip_layers: Sequence) -> set[int]:
@@ -122,7 +123,7 @@ def _skipped(g: Graph, skip_layers: Sequence) -> set[int]:
         if isinstance(s, (int, np.integer)):
             if not -len(layers) <= s < len(layers):
                 raise QuantizationError(f"skip_layers: index {s} is out of range; the network has {len(layers)} "
-                                        "conv2d/dense layers")
+                                        "conv2d/conv2d_transpose/dense layers")
             out.add(id(layers[s]))
         elif s in names:
             out.add(id(names[s]))
@@ -198,8 +199,10 @@ class _Emitter:
         x = n.inputs[0]
         xq, e_in = self.qval(x)
         w = at["weight"]
-        nout = w.shape[0]
-        amax_c = np.abs(w.reshape(nout, -1)).max(axis=1)
+        groups = at.get("groups", 1)
+        rows = out_channel_rows(n.op, w, groups)           # (output channels, fan-in)
+        nout = rows.shape[0]
+        amax_c = np.abs(rows).max(axis=1)
         ew = np.array([exponent_for(a) for a in amax_c], np.int64)
         if not self.per_channel:
             ew[:] = ew.min()
@@ -208,8 +211,8 @@ class _Emitter:
         ew = np.minimum(ew, 31 + e_out - e_in)              # shift <= 31
         shift = (e_in + ew - e_out).astype(np.int64)
         self.exps[id(n)] = e_out
-        wq = np.clip(np.round(w * (2.0 ** ew).reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
-        fan_in = int(np.prod(w.shape[1:]))
+        wq = np.clip(np.round(scale_out_channels(n.op, w, 2.0 ** ew, groups)), -127, 127).astype(np.int8)
+        fan_in = rows.shape[1]
         bias = np.round(at["bias"] * 2.0 ** (e_in + ew)) + np.where(shift > 0, 2.0 ** (shift - 1), 0)
         limit = 2 ** 31 - 1 - 128 * 127 * fan_in
         worst = int(np.abs(bias).argmax())
@@ -225,6 +228,11 @@ class _Emitter:
             acc = self.emit(relax.op.nn.conv2d(xq, const(wq), strides=at["strides"], padding=at["padding"],
                                                dilation=at["dilation"], groups=at["groups"], out_dtype="int32"),
                             f"{n.name}_acc")
+            shape = (1, nout, 1, 1)
+        elif n.op == "conv2d_transpose":
+            acc = self.emit(relax.op.nn.conv2d_transpose(
+                xq, const(wq), strides=at["strides"], padding=at["padding"], output_padding=at["output_padding"],
+                dilation=at["dilation"], groups=groups, out_dtype="int32"), f"{n.name}_acc")
             shape = (1, nout, 1, 1)
         else:
             acc = self.emit(relax.op.matmul(xq, const(np.ascontiguousarray(wq.T)), out_dtype="int32"),
@@ -246,6 +254,11 @@ class _Emitter:
         if n.op == "conv2d":
             y = self.emit(relax.op.nn.conv2d(x, w, strides=at["strides"], padding=at["padding"],
                                              dilation=at["dilation"], groups=at["groups"]), f"{n.name}_float")
+            b = const(at["bias"].astype(np.float32).reshape(1, -1, 1, 1))
+        elif n.op == "conv2d_transpose":
+            y = self.emit(relax.op.nn.conv2d_transpose(x, w, strides=at["strides"], padding=at["padding"],
+                                                       output_padding=at["output_padding"], dilation=at["dilation"],
+                                                       groups=at["groups"]), f"{n.name}_float")
             b = const(at["bias"].astype(np.float32).reshape(1, -1, 1, 1))
         else:
             y = self.emit(relax.op.matmul(x, relax.op.permute_dims(w)), f"{n.name}_float")
@@ -312,7 +325,7 @@ class _Emitter:
         ins = n.inputs
         ints = ins and all(self.is_int(a) or a.op == "input" for a in ins) and \
             all(isinstance(a, Node) for a in n.tensor_args)
-        if n.op in ("conv2d", "dense"):
+        if n.op in LAYERS:
             if id(n) in self.skip:
                 self.float_layer(n)
             else:
@@ -369,9 +382,10 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
 
     ``mod, params``: from ``from_onnx`` or ``relax.frontend.nn`` (``export_tvm``). ``calibration``: input
     batches (arrays, or tuples of arrays for several inputs) that set every activation's scale; or
-    ``global_scale=8.0``: every activation in [-8, 8]. ``skip_layers``: conv2d/dense layers (index in
-    graph order, or name ``conv2d_<k>``/``dense_<k>``) kept in float on the CPU. ``per_channel``: one weight
-    scale per output channel. ``percentile``: clip calibration outliers (e.g. 99.99) instead of the maximum.
+    ``global_scale=8.0``: every activation in [-8, 8]. ``skip_layers``: conv2d/conv2d_transpose/dense layers
+    (index in graph order, or name ``conv2d_<k>``/``conv2d_transpose_<k>``/``dense_<k>``) kept in float on
+    the CPU. ``per_channel``: one weight scale per output channel. ``percentile``: clip calibration
+    outliers (e.g. 99.99) instead of the maximum.
     The module's ``main`` takes the float inputs and returns float outputs.
     """
     if (calibration is None) == (global_scale is None):
@@ -392,7 +406,7 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
 
 
 def layer_outputs(qmod: tvm.IRModule) -> list[str]:
-    """Names of the int8 outputs of the quantized conv2d/dense layers (for probing the network)."""
+    """Names of the int8 outputs of the quantized layers (conv2d, conv2d_transpose, dense), for probing."""
     f = qmod["main"]
     return [str(s) for s in f.attrs["vta.quantized_layers"]] if f.attrs is not None and \
         "vta.quantized_layers" in f.attrs else []

@@ -8,6 +8,7 @@ range (``LayerRun.inside_fraction``), and an exact comparison checks values, not
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ class LayerRun:
     name: str
     correct: bool
     build_s: float
-    run_s: float                # wall time of one run (runtime + device), averaged over the repeats
+    run_s: float                # wall time of one run (runtime + device): the best of the repeats after the first
     stats: dict
     macs: int                   # useful multiply-accumulates (padded channels included)
     compulsory_bytes: int       # inputs + weights + bias + outputs, each moved once
@@ -36,6 +37,8 @@ class LayerRun:
     expected: np.ndarray | None = field(default=None, repr=False)
     shift: int = 0
     clip: tuple[int, int] | None = (0, 127)
+    first_s: float = 0.0        # wall time of the first run, which also compiles the host code (LLVM JIT)
+    call: Callable[[], None] | None = field(default=None, repr=False)   # runs the module once more
 
     @property
     def inside_fraction(self) -> float:
@@ -69,24 +72,36 @@ def _tensor(x: np.ndarray):
 
 
 def _run(mod, args, out_shape, out_dtype, repeat: int):
+    """Run once (stats come from this run), then ``repeat`` more timed runs.
+
+    Returns (output, stats, best of the timed runs or the first if none, first run, a function that runs again)."""
     import tvm
     dev_args = [_tensor(a) for a in args]
     out = tvm.runtime.empty(out_shape, out_dtype, device=tvm.ext_dev(0))
+
+    def call():
+        mod(*dev_args, out)
+
     simulator.clear_stats()
     t0 = time.perf_counter()
-    mod(*dev_args, out)
+    call()
+    first = time.perf_counter() - t0
     stats = simulator.stats()
-    for _ in range(repeat - 1):
-        mod(*dev_args, out)
-    return out.numpy(), stats, (time.perf_counter() - t0) / repeat
+    best = first if repeat < 1 else float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - t0)
+    return out.numpy(), stats, best, first, call
 
 
 def run_conv2d(wkl: C.Conv2DWorkload, tiling: C.Conv2DTiling | None = None, seed: int = 0, name: str = "conv2d",
                env: Environment | None = None, shift: int | None = None, bias: bool = True,
-               clip: tuple[int, int] | None = (0, 127), debug_flag: int = 0, repeat: int = 1,
+               clip: tuple[int, int] | None = (0, 127), debug_flag: int = 0, repeat: int = 0,
                build_kwargs: dict | None = None, mock: tuple[str, ...] = ()) -> LayerRun:
     """``int8(clip((conv2d(x, w) + bias) >> shift))`` built, run and compared with numpy. ``shift=None``:
-    calibrated on the data (see the module doc); ``clip=None``: no clipping (the low 8 bits)."""
+    calibrated on the data (see the module doc); ``clip=None``: no clipping (the low 8 bits).
+    ``repeat``: timed runs after the first (see ``LayerRun.run_s``)."""
     env = env or get_env()
     tiling = tiling or C.conv2d_tiling(wkl, env)
     rng = np.random.default_rng(seed)
@@ -106,22 +121,22 @@ def run_conv2d(wkl: C.Conv2DWorkload, tiling: C.Conv2DTiling | None = None, seed
     args = [xpk, wpk] + ([P.pack_bias_conv(b, wkl.batch, env.BATCH, env.BLOCK_OUT)] if bias else [])
     oh, ow = wkl.out_height, wkl.out_width
     out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, oh, ow, env.BATCH, env.BLOCK_OUT)
-    out, stats, run_s = _run(mod, args, out_shape, env.out_dtype, repeat)
+    out, stats, run_s, first_s, call = _run(mod, args, out_shape, env.out_dtype, repeat)
     got = P.unpack_nchw(out)
     ref = requantize(acc, shift, clip)
     ci = xpk.shape[1] * env.BLOCK_IN
     macs = wkl.batch * wkl.out_filter * oh * ow * ci * wkl.hkernel * wkl.wkernel
     compulsory = xpk.nbytes + wpk.nbytes + got.nbytes + (wkl.batch // env.BATCH * wkl.out_filter * 4 if bias else 0)
     return LayerRun(name, bool(np.array_equal(got, ref)), build_s, run_s, stats, macs, compulsory, tiling, got, ref,
-                    shift, clip)
+                    shift, clip, first_s, call)
 
 
 def run_dense(batch: int, in_features: int, out_features: int, tiling: D.DenseTiling | None = None, seed: int = 0,
               name: str = "dense", env: Environment | None = None, shift: int | None = None, bias: bool = True,
-              clip: tuple[int, int] | None = (0, 127), debug_flag: int = 0, repeat: int = 1,
+              clip: tuple[int, int] | None = (0, 127), debug_flag: int = 0, repeat: int = 0,
               build_kwargs: dict | None = None, mock: tuple[str, ...] = ()) -> LayerRun:
-    """``int8(clip((x @ w.T + bias) >> shift))`` built, run and compared with numpy; ``shift``/``clip`` as in
-    :func:`run_conv2d`."""
+    """``int8(clip((x @ w.T + bias) >> shift))`` built, run and compared with numpy; ``shift``/``clip``/``repeat``
+    as in :func:`run_conv2d`."""
     env = env or get_env()
     tiling = tiling or D.dense_tiling(batch, in_features, out_features, env)
     rng = np.random.default_rng(seed)
@@ -140,9 +155,9 @@ def run_dense(batch: int, in_features: int, out_features: int, tiling: D.DenseTi
     if bias:
         args.append(P.pack_bias_dense(b, batch, env.BATCH, env.BLOCK_OUT))
     out_shape = (batch // env.BATCH, out_features // env.BLOCK_OUT, env.BATCH, env.BLOCK_OUT)
-    out, stats, run_s = _run(mod, args, out_shape, env.out_dtype, repeat)
+    out, stats, run_s, first_s, call = _run(mod, args, out_shape, env.out_dtype, repeat)
     got = P.unpack_nc(out)
     ref = requantize(acc, shift, clip)
     compulsory = x.nbytes + w.nbytes + got.nbytes + (b.nbytes * batch // env.BATCH if bias else 0)
     return LayerRun(name, bool(np.array_equal(got, ref)), build_s, run_s, stats, batch * in_features * out_features,
-                    compulsory, tiling, got, ref, shift, clip)
+                    compulsory, tiling, got, ref, shift, clip, first_s, call)

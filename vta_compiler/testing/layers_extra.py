@@ -29,7 +29,7 @@ TARGET_SPREAD = 40
 
 @dataclass
 class OperatorRun(LayerRun):
-    shift: int = 0
+    shift: int | np.ndarray = 0      # one amount, or one per output channel (channel_shift)
     inside_fraction: float = 0.0     # outputs strictly inside the clip range
     dilated_uops: float = 0.0        # conv2d_transpose: GEMM uops of the stride-dilated convolution
 
@@ -40,9 +40,18 @@ def calibrated_shift(acc: np.ndarray, spread: int = TARGET_SPREAD) -> int:
     return max(0, round(math.log2(sd / spread))) if sd > 0 else 0
 
 
-def _bias(rng, n: int, shift: int, spread: int = TARGET_SPREAD) -> np.ndarray:
+def _bias(rng, n: int, shift, spread: int = TARGET_SPREAD) -> np.ndarray:
     """Per-channel biases around ``spread`` output steps (so that the results centre inside (0, 127))."""
-    return rng.integers(0, 2 * spread << shift, (n,), dtype=np.int64).astype(np.int32)
+    return rng.integers(0, np.left_shift(2 * spread, shift), (n,), dtype=np.int64).astype(np.int32)
+
+
+def _channel_shifts(rng, n: int, shift: int) -> np.ndarray:
+    """One shift per output channel around ``shift`` (-1, 0 or +1), for ``channel_shift`` layers."""
+    return np.maximum(shift + rng.integers(-1, 2, n), 0).astype(np.int32)
+
+
+def _per_channel_args(b, shifts, batch: int, env) -> list:
+    return [P.pack_bias_conv(v, batch, env.BATCH, env.BLOCK_OUT) for v in (b, shifts) if v is not None]
 
 
 def inside_fraction(out: np.ndarray, clip) -> float:
@@ -73,33 +82,36 @@ def _build(sch, debug_flag, build_kwargs):
 def run_group_conv2d(wkl: G.GroupConv2DWorkload, tiling: G.GroupConv2DTiling | None = None, seed: int = 0,
                      name: str = "group_conv2d", env: Environment | None = None, shift: int | None = None,
                      bias: bool = True, clip: tuple[int, int] | None = (0, 127), debug_flag: int = 0,
-                     repeat: int = 1, build_kwargs: dict | None = None, mock: tuple[str, ...] = ()) -> OperatorRun:
-    """Group (or depthwise) convolution: ``int8(clip((group_conv2d(x, w) + bias) >> shift))``."""
+                     repeat: int = 1, build_kwargs: dict | None = None, mock: tuple[str, ...] = (),
+                     channel_shift: bool = False) -> OperatorRun:
+    """Group (or depthwise) convolution: ``int8(clip((group_conv2d(x, w) + bias) >> shift))``; with
+    ``channel_shift`` one shift per output channel (a tensor operand)."""
     env = env or get_env()
     rng = np.random.default_rng(seed)
     x = rng.integers(-128, 128, (wkl.batch, wkl.in_filter, wkl.height, wkl.width), dtype=np.int8)
     w = rng.integers(-128, 128, (wkl.out_filter, wkl.in_per_group, wkl.hkernel, wkl.wkernel), dtype=np.int8)
     acc = group_conv2d_accumulate(x, w, wkl.groups, (wkl.hstride, wkl.wstride), (wkl.hpad, wkl.wpad))
     shift = calibrated_shift(acc) if shift is None else shift
-    b = _bias(rng, wkl.out_filter, shift) if bias else None
-    ref = requantize(acc, b, shift, clip)
+    shifts = _channel_shifts(rng, wkl.out_filter, shift) if channel_shift else None
+    b = _bias(rng, wkl.out_filter, shift if shifts is None else shifts) if bias else None
+    ref = requantize(acc, b, shift if shifts is None else shifts, clip)
 
-    tiling = tiling or G.group_conv2d_tiling(wkl, env)
+    tiling = tiling or G.group_conv2d_tiling(wkl, env, 1 + int(channel_shift))
     t0 = time.perf_counter()
-    func = G.group_conv2d_layer(wkl, env, shift=shift, bias=bias, clip=clip)
+    func = G.group_conv2d_layer(wkl, env, shift=shift, bias=bias, clip=clip, channel_shift=channel_shift)
     mod = _build(G.schedule_group_conv2d_packed(func, tiling, env=env, mock=mock), debug_flag, build_kwargs)
     build_s = time.perf_counter() - t0
 
     xpk = P.pack_nchw(x, env.BATCH, env.BLOCK_IN)
     wpk = G.pack_group_conv2d_kernel(w, wkl.groups, env.BLOCK_OUT, env.BLOCK_IN)
-    args = [xpk, wpk] + ([P.pack_bias_conv(b, wkl.batch, env.BATCH, env.BLOCK_OUT)] if bias else [])
+    args = [xpk, wpk] + _per_channel_args(b, shifts, wkl.batch, env)
     out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, wkl.out_height, wkl.out_width, env.BATCH,
                  env.BLOCK_OUT)
     out, stats, run_s = _execute(mod, args, out_shape, env.out_dtype, repeat)
     got = P.unpack_nchw(out)
-    compulsory = x.nbytes + w.nbytes + got.nbytes + (wkl.batch // env.BATCH * wkl.out_filter * 4 if bias else 0)
+    compulsory = x.nbytes + w.nbytes + got.nbytes + wkl.batch // env.BATCH * wkl.out_filter * 4 * (bias + channel_shift)
     return OperatorRun(name, bool(np.array_equal(got, ref)), build_s, run_s, stats, wkl.macs, compulsory, tiling, got,
-                       ref, shift=shift, inside_fraction=inside_fraction(ref, clip))
+                       ref, shift=shift if shifts is None else shifts, inside_fraction=inside_fraction(ref, clip))
 
 
 def run_depthwise_conv2d(wkl: G.GroupConv2DWorkload, tiling: G.GroupConv2DTiling | None = None, seed: int = 0,
@@ -114,8 +126,9 @@ def run_conv2d_transpose(wkl: CT.Conv2DTransposeWorkload, tiling: CT.Conv2DTilin
                          name: str = "conv2d_transpose", env: Environment | None = None, shift: int | None = None,
                          bias: bool = True, clip: tuple[int, int] | None = (0, 127), debug_flag: int = 0,
                          repeat: int = 1, build_kwargs: dict | None = None,
-                         mock: tuple[str, ...] = ()) -> OperatorRun:
-    """Transposed convolution: ``int8(clip((conv2d_transpose(x, w) + bias) >> shift))``, w in (CI, CO, KH, KW)."""
+                         mock: tuple[str, ...] = (), channel_shift: bool = False) -> OperatorRun:
+    """Transposed convolution: ``int8(clip((conv2d_transpose(x, w) + bias) >> shift))``, w in (CI, CO, KH, KW);
+    with ``channel_shift`` one shift per output channel (a tensor operand)."""
     env = env or get_env()
     rng = np.random.default_rng(seed)
     x = rng.integers(-128, 128, (wkl.batch, wkl.in_filter, wkl.height, wkl.width), dtype=np.int8)
@@ -123,24 +136,25 @@ def run_conv2d_transpose(wkl: CT.Conv2DTransposeWorkload, tiling: CT.Conv2DTilin
     acc = conv2d_transpose_accumulate(x, w, (wkl.hstride, wkl.wstride), (wkl.hpad, wkl.wpad),
                                       (wkl.hout_pad, wkl.wout_pad))
     shift = calibrated_shift(acc) if shift is None else shift
-    b = _bias(rng, wkl.out_filter, shift) if bias else None
-    ref = requantize(acc, b, shift, clip)
+    shifts = _channel_shifts(rng, wkl.out_filter, shift) if channel_shift else None
+    b = _bias(rng, wkl.out_filter, shift if shifts is None else shifts) if bias else None
+    ref = requantize(acc, b, shift if shifts is None else shifts, clip)
 
-    tiling = tiling or CT.conv2d_transpose_tiling(wkl, env)
+    tiling = tiling or CT.conv2d_transpose_tiling(wkl, env, 1 + int(channel_shift))
     t0 = time.perf_counter()
-    func = CT.conv2d_transpose_layer(wkl, env, shift=shift, bias=bias, clip=clip)
+    func = CT.conv2d_transpose_layer(wkl, env, shift=shift, bias=bias, clip=clip, channel_shift=channel_shift)
     mod = _build(CT.schedule_conv2d_transpose_packed(func, tiling, env=env, mock=mock), debug_flag, build_kwargs)
     build_s = time.perf_counter() - t0
 
     xpk = P.pack_nchw(x, env.BATCH, env.BLOCK_IN)
     wpk = CT.pack_conv2d_transpose_kernel(w, wkl, env.BLOCK_OUT, env.BLOCK_IN)
-    args = [xpk, wpk] + ([P.pack_bias_conv(b, wkl.batch, env.BATCH, env.BLOCK_OUT)] if bias else [])
+    args = [xpk, wpk] + _per_channel_args(b, shifts, wkl.batch, env)
     out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, wkl.out_height, wkl.out_width, env.BATCH,
                  env.BLOCK_OUT)
     out, stats, run_s = _execute(mod, args, out_shape, env.out_dtype, repeat)
     got = P.unpack_nchw(out)
-    compulsory = x.nbytes + w.nbytes + got.nbytes + (wkl.batch // env.BATCH * wkl.out_filter * 4 if bias else 0)
+    compulsory = x.nbytes + w.nbytes + got.nbytes + wkl.batch // env.BATCH * wkl.out_filter * 4 * (bias + channel_shift)
     lanes = env.BATCH * env.BLOCK_IN * env.BLOCK_OUT
     return OperatorRun(name, bool(np.array_equal(got, ref)), build_s, run_s, stats, wkl.macs, compulsory, tiling, got,
-                       ref, shift=shift, inside_fraction=inside_fraction(ref, clip),
+                       ref, shift=shift if shifts is None else shifts, inside_fraction=inside_fraction(ref, clip),
                        dilated_uops=wkl.dilated_macs / lanes)

@@ -63,11 +63,11 @@ from .packing import (
 )
 
 
-def graph_pack(qmod, env=None):
+def graph_pack(qmod, env=None, **options):
     """``vta_compiler.graph.graph_pack`` (the original's users look for it here): offload every layer of a
-    quantized Relax network that VTA can run, in packed layouts."""
+    quantized Relax network that VTA can run, in packed layouts (``options``: ``depthwise="vta" | "cpu"``)."""
     from ..graph import graph_pack as pack
-    return pack(qmod, env)
+    return pack(qmod, env, **options)
 
 
 __all__ = ["RESNET18", "graph_pack", "Conv2DTiling", "Conv2DWorkload", "DenseTiling", "conv2d_layer", "conv2d_packed",

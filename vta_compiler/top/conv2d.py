@@ -29,6 +29,7 @@ from ..transform.common import VTACompileError
 from ..transform.uop import kernel_uop_budget
 from ..transform.vthread import PIPELINE
 from .common import attach_epilogue, divisors, epilogue, find_blocks, mock_names, pragma
+from .tuned import tuned_tiling
 
 #: weight of DRAM traffic (in bus cycles) in the tiling cost, on top of the exposed latencies
 TRAFFIC_WEIGHT = 0.5
@@ -205,10 +206,17 @@ def estimate_cycles(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling) -> f
     return total + TRAFFIC_WEIGHT * (inp_bytes + wgt_bytes) / bus
 
 
-def conv2d_tiling(wkl: Conv2DWorkload, env: Environment | None = None, acc_operands: int = 1) -> Conv2DTiling:
-    """The cheapest tiling (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget
+def conv2d_tiling(wkl: Conv2DWorkload, env: Environment | None = None, acc_operands: int = 1,
+                  tuned: bool = True) -> Conv2DTiling:
+    """The tiling of a workload: the best measured one (``vta_compiler.autotune`` records: the active
+    ``apply_history_best``, else the records shipped with the package) when ``tuned`` and there is one,
+    else the cheapest (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget
     (``acc_operands``: per-channel epilogue tensors in ACC, 1 for a bias, 2 for a bias and a shift)."""
     env = env or get_env()
+    if tuned:
+        best = tuned_tiling("conv2d", wkl, env, acc_operands)
+        if best is not None:
+            return best
     cib = padded_channels(wkl.in_filter, env.BLOCK_IN) // env.BLOCK_IN
     cob = wkl.out_filter // env.BLOCK_OUT
     oh, ow = wkl.out_height, wkl.out_width

@@ -152,14 +152,16 @@ def _shape_refusal(wkl: Conv2DTransposeWorkload, env: Environment) -> str | None
     return None
 
 
-def conv2d_transpose_supported(wkl: Conv2DTransposeWorkload, env: Environment | None = None) -> str | None:
-    """None if VTA can run this transposed convolution, else the reason in one sentence."""
+def conv2d_transpose_supported(wkl: Conv2DTransposeWorkload, env: Environment | None = None,
+                               acc_operands: int = 1) -> str | None:
+    """None if VTA can run this transposed convolution, else the reason in one sentence (``acc_operands``
+    as for ``conv2d_transpose_tiling``)."""
     env = env or get_env()
     reason = _shape_refusal(wkl, env)
     if reason:
         return reason
     try:
-        conv2d_transpose_tiling(wkl, env)
+        conv2d_transpose_tiling(wkl, env, acc_operands)
     except VTACompileError as e:
         return str(e)
     return None
@@ -205,11 +207,12 @@ def conv2d_transpose_packed(data: te.Tensor, kernel: te.Tensor, kernel_size: tup
 
 
 def conv2d_transpose_layer(wkl: Conv2DTransposeWorkload, env: Environment | None = None, shift: int = 8,
-                           bias: bool = True, clip: tuple[int, int] | None = (0, 127)):
+                           bias: bool = True, clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
     """A whole layer as a PrimFunc: ``res = int8(clip((conv2d_transpose(data, kernel) + bias) >> shift))``.
 
     Parameters: data ``(N/B, CI/BI, H, W, B, BI)``, the phase kernel from ``pack_conv2d_transpose_kernel``,
-    [bias ``(N/B, CO/BO, 1, 1, B, BO)``], res ``(N/B, CO/BO, OH, OW, B, BO)``.
+    [bias ``(N/B, CO/BO, 1, 1, B, BO)``], [shift], res ``(N/B, CO/BO, OH, OW, B, BO)``. With
+    ``channel_shift`` the shift is a per-output-channel int32 tensor shaped like the bias.
     """
     env = env or get_env()
     reason = _shape_refusal(wkl, env)
@@ -225,9 +228,13 @@ def conv2d_transpose_layer(wkl: Conv2DTransposeWorkload, env: Environment | None
                                    (wkl.hpad, wkl.wpad), (wkl.hstride, wkl.wstride), env.acc_dtype)
     args = [data, kernel]
     b = None
+    per_channel = (wkl.batch // bb, wkl.out_filter // bo, 1, 1, bb, bo)
     if bias:
-        b = te.placeholder((wkl.batch // bb, wkl.out_filter // bo, 1, 1, bb, bo), env.acc_dtype, name="bias")
+        b = te.placeholder(per_channel, env.acc_dtype, name="bias")
         args.append(b)
+    if channel_shift:
+        shift = te.placeholder(per_channel, env.acc_dtype, name="shift")
+        args.append(shift)
     _, res = epilogue(env, conv, b, shift, clip, lambda i: (i[0], i[1], 0, 0, i[4], i[5]))
     func = te.create_prim_func(args + [res])
     return func.with_attr("vta.workload", str(wkl))
@@ -258,8 +265,9 @@ def pack_conv2d_transpose_kernel(w: np.ndarray, wkl: Conv2DTransposeWorkload, bl
 
 
 # ------------------------------------------------------------------------------------------------ tiling
-def _tile_sizes(env: Environment, wkl: Conv2DTransposeWorkload, t: Conv2DTiling):
-    """SRAM elements (inp, wgt, acc) and GEMM kernel uops (upper bound) of one tiling."""
+def _tile_sizes(env: Environment, wkl: Conv2DTransposeWorkload, t: Conv2DTiling, acc_operands: int = 1):
+    """SRAM elements (inp, wgt, acc) and GEMM kernel uops (upper bound) of one tiling; ``acc_operands``
+    per-channel tensors (bias, shift) share ACC with the accumulators."""
     py, px = _phase(wkl.hkernel, wkl.hpad, wkl.hstride), _phase(wkl.wkernel, wkl.wpad, wkl.wstride)
     hs, ws = wkl.hstride, wkl.wstride
     qh, qw = t.tile_h // t.h_nthread // hs, t.tile_w // ws
@@ -268,7 +276,7 @@ def _tile_sizes(env: Environment, wkl: Conv2DTransposeWorkload, t: Conv2DTiling)
     cib = wkl.in_filter // env.BLOCK_IN
     taps = hs * ws * py.window * px.window
     wgt = t.tile_co * (cib if t.wgt_at == "co" else t.tile_ci * t.ko_nthread) * taps
-    acc = t.tile_co * (t.tile_h * t.tile_w + 1)
+    acc = t.tile_co * (t.tile_h * t.tile_w + acc_operands)
     plain = [t.tile_co // t.oc_nthread, qh, qw, t.tile_ci]
     guarded = _guarded(wkl)
     if guarded:
@@ -333,7 +341,7 @@ def estimate_cycles(env: Environment, wkl: Conv2DTransposeWorkload, t: Conv2DTil
     return total + TRAFFIC_WEIGHT * (inp_bytes + wgt_bytes) / bus
 
 
-def candidate_tilings(wkl: Conv2DTransposeWorkload, env: Environment | None = None):
+def candidate_tilings(wkl: Conv2DTransposeWorkload, env: Environment | None = None, acc_operands: int = 1):
     """Every legal tiling that fits the buffers and the uop budget."""
     env = env or get_env()
     cob, cib = wkl.out_filter // env.BLOCK_OUT, wkl.in_filter // env.BLOCK_IN
@@ -341,20 +349,22 @@ def candidate_tilings(wkl: Conv2DTransposeWorkload, env: Environment | None = No
         for tco, th, tw, tci in itertools.product(divisors(cob), divisors(wkl.out_height), divisors(wkl.out_width),
                                                   divisors(cib)):
             t = Conv2DTiling(tco, th, tw, tci, oc_n, h_n, wgt_at, ko_n)
-            if _check_tiling(wkl, env, t) is None and _fits(env, _tile_sizes(env, wkl, t)):
+            if _check_tiling(wkl, env, t) is None and _fits(env, _tile_sizes(env, wkl, t, acc_operands)):
                 yield t
 
 
-def conv2d_transpose_tiling(wkl: Conv2DTransposeWorkload, env: Environment | None = None) -> Conv2DTiling:
-    """The cheapest tiling (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget."""
+def conv2d_transpose_tiling(wkl: Conv2DTransposeWorkload, env: Environment | None = None,
+                            acc_operands: int = 1) -> Conv2DTiling:
+    """The cheapest tiling (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget
+    (``acc_operands``: per-channel epilogue tensors in ACC, 1 for a bias, 2 for a bias and a shift)."""
     env = env or get_env()
     reason = _shape_refusal(wkl, env)
     if reason:
         raise VTACompileError(f"conv2d_transpose {wkl}: {reason}")
-    best = min(candidate_tilings(wkl, env), key=lambda t: estimate_cycles(env, wkl, t), default=None)
+    best = min(candidate_tilings(wkl, env, acc_operands), key=lambda t: estimate_cycles(env, wkl, t), default=None)
     if best is None:
         smallest = Conv2DTiling(1, wkl.hstride, wkl.wstride, 1)
-        needs = _tile_sizes(env, wkl, smallest)
+        needs = _tile_sizes(env, wkl, smallest, acc_operands)
         limits = (env.INP_BUFF_DEPTH, env.WGT_BUFF_DEPTH, env.ACC_BUFF_DEPTH, kernel_uop_budget(env))
         names = ("INP buffer elements", "WGT buffer elements", "ACC buffer elements", "GEMM kernel uops")
         over = [f"{n} {need} > {lim}" for n, need, lim in zip(names, needs, limits) if need > lim]

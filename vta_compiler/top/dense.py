@@ -19,6 +19,7 @@ from ..transform.common import VTACompileError
 from ..transform.uop import kernel_uop_budget
 from ..transform.vthread import PIPELINE
 from .common import attach_epilogue, divisors, epilogue, find_blocks, mock_names, pragma
+from .tuned import tuned_tiling
 
 
 @dataclass(frozen=True)
@@ -77,37 +78,54 @@ def _sizes(t: DenseTiling, acc_operands: int = 1):
     return inp, wgt, acc, loops[2]
 
 
-def dense_tiling(batch: int, in_features: int, out_features: int, env: Environment | None = None,
-                 acc_operands: int = 1) -> DenseTiling:
-    env = env or get_env()
+def fits(env: Environment, t: DenseTiling, acc_operands: int = 1) -> bool:
+    inp, wgt, acc, uops = _sizes(t, acc_operands)
+    return inp <= env.INP_BUFF_DEPTH and wgt <= env.WGT_BUFF_DEPTH and acc <= env.ACC_BUFF_DEPTH and \
+        uops <= kernel_uop_budget(env)
+
+
+def estimate_cycles(env: Environment, batch: int, in_features: int, out_features: int, t: DenseTiling) -> float:
+    """A rough cost in cycles, as for conv2d: per tile, chunks pipelined when there are threads; plus traffic."""
     nb, cib, cob = batch // env.BATCH, in_features // env.BLOCK_IN, out_features // env.BLOCK_OUT
     bus = env.AXI_DATA_BYTES
+    tb, tco, tci = t.tile_b, t.tile_co, t.tile_ci
+    chunks = cib // tci
+    inp_c = tb * tci * env.INP_ELEM_BYTES / bus
+    wgt_c = tco * tci * env.WGT_ELEM_BYTES / bus
+    gemm_c = tb * tco * tci
+    threads = t.oc_nthread * t.b_nthread
+    if t.ko_nthread > 1:
+        tile = inp_c + wgt_c + chunks * max(inp_c + wgt_c, gemm_c)
+    elif threads > 1:
+        shared = inp_c if t.b_nthread == 1 else (wgt_c if t.oc_nthread == 1 else 0.5 * max(inp_c, wgt_c))
+        tile = chunks * (shared + (inp_c + wgt_c - shared) / threads + gemm_c)
+    else:
+        tile = chunks * (inp_c + wgt_c + gemm_c)
+    tile += 4 * tb * tco / threads + 40
+    n_tiles = (nb // tb) * (cob // tco)
+    traffic = n_tiles * chunks * (inp_c + wgt_c)
+    return n_tiles * tile + 0.5 * traffic
+
+
+def dense_tiling(batch: int, in_features: int, out_features: int, env: Environment | None = None,
+                 acc_operands: int = 1, tuned: bool = True) -> DenseTiling:
+    """The best measured tiling (``vta_compiler.autotune`` records) when ``tuned`` and there is one, else the
+    cheapest by ``estimate_cycles`` that fits."""
+    env = env or get_env()
+    if tuned:
+        best = tuned_tiling("dense", (batch, in_features, out_features), env, acc_operands)
+        if best is not None:
+            return best
+    nb, cib, cob = batch // env.BATCH, in_features // env.BLOCK_IN, out_features // env.BLOCK_OUT
     best, best_cost = None, None
     for oc_n, b_n, ko_n in itertools.product((1, 2), (1, 2), (1, 2)):
         for tb, tco, tci in itertools.product(divisors(nb), divisors(cob), divisors(cib)):
             if tb % b_n or tco % oc_n or (cib // tci) % ko_n:
                 continue
             t = DenseTiling(tb, tco, tci, oc_n, b_n, ko_n)
-            inp, wgt, acc, uops = _sizes(t, acc_operands)
-            if inp > env.INP_BUFF_DEPTH or wgt > env.WGT_BUFF_DEPTH or acc > env.ACC_BUFF_DEPTH or \
-                    uops > kernel_uop_budget(env):
+            if not fits(env, t, acc_operands):
                 continue
-            chunks = cib // tci
-            inp_c = tb * tci * env.INP_ELEM_BYTES / bus
-            wgt_c = tco * tci * env.WGT_ELEM_BYTES / bus
-            gemm_c = tb * tco * tci
-            threads = oc_n * b_n
-            if ko_n > 1:
-                tile = inp_c + wgt_c + chunks * max(inp_c + wgt_c, gemm_c)
-            elif threads > 1:
-                shared = inp_c if b_n == 1 else (wgt_c if oc_n == 1 else 0.5 * max(inp_c, wgt_c))
-                tile = chunks * (shared + (inp_c + wgt_c - shared) / threads + gemm_c)
-            else:
-                tile = chunks * (inp_c + wgt_c + gemm_c)
-            tile += 4 * tb * tco / threads + 40
-            n_tiles = (nb // tb) * (cob // tco)
-            traffic = n_tiles * chunks * (inp_c + wgt_c)
-            cost = n_tiles * tile + 0.5 * traffic
+            cost = estimate_cycles(env, batch, in_features, out_features, t)
             if best_cost is None or cost < best_cost:
                 best, best_cost = t, cost
     if best is None:

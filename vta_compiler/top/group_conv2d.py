@@ -170,25 +170,28 @@ def _shape_refusal(wkl: GroupConv2DWorkload, env: Environment) -> str | None:
             "depthwise)")
 
 
-def group_conv2d_supported(wkl: GroupConv2DWorkload, env: Environment | None = None) -> str | None:
-    """None if VTA can run this group convolution, else the reason in one sentence."""
+def group_conv2d_supported(wkl: GroupConv2DWorkload, env: Environment | None = None,
+                           acc_operands: int = 1) -> str | None:
+    """None if VTA can run this group convolution, else the reason in one sentence (``acc_operands``
+    as for ``group_conv2d_tiling``)."""
     env = env or get_env()
     reason = _shape_refusal(wkl, env)
     if reason:
         return reason
     try:
-        group_conv2d_tiling(wkl, env)
+        group_conv2d_tiling(wkl, env, acc_operands)
     except VTACompileError as e:
         return str(e)
     return None
 
 
-def depthwise_conv2d_supported(wkl: GroupConv2DWorkload, env: Environment | None = None) -> str | None:
+def depthwise_conv2d_supported(wkl: GroupConv2DWorkload, env: Environment | None = None,
+                               acc_operands: int = 1) -> str | None:
     """None if VTA can run this depthwise convolution (block-diagonal weight tiles), else the reason."""
     if not wkl.is_depthwise:
         return (f"not a depthwise convolution ({wkl.groups} groups of {wkl.in_per_group} input and "
                 f"{wkl.out_per_group} output channels)")
-    return group_conv2d_supported(wkl, env)
+    return group_conv2d_supported(wkl, env, acc_operands)
 
 
 # ------------------------------------------------------------------------------------------------ compute
@@ -220,11 +223,12 @@ def group_conv2d_packed(data: te.Tensor, kernel: te.Tensor, padding: tuple[int, 
 
 
 def group_conv2d_layer(wkl: GroupConv2DWorkload, env: Environment | None = None, shift: int = 8, bias: bool = True,
-                       clip: tuple[int, int] | None = (0, 127)):
+                       clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
     """A whole layer as a PrimFunc: ``res = int8(clip((group_conv2d(data, kernel) + bias) >> shift))``.
 
     Parameters: data ``(N/B, CI/BI, H, W, B, BI)``, kernel ``(CO/BO, CIG/BI, KH, KW, BO, BI)`` as made by
-    ``pack_group_conv2d_kernel``, [bias ``(N/B, CO/BO, 1, 1, B, BO)``], res.
+    ``pack_group_conv2d_kernel``, [bias ``(N/B, CO/BO, 1, 1, B, BO)``], [shift], res. With ``channel_shift``
+    the shift is a per-output-channel int32 tensor shaped like the bias.
     """
     env = env or get_env()
     hw = _hw_groups(wkl, env)
@@ -237,22 +241,26 @@ def group_conv2d_layer(wkl: GroupConv2DWorkload, env: Environment | None = None,
                                env.acc_dtype)
     args = [data, kernel]
     b = None
+    per_channel = (wkl.batch // bb, wkl.out_filter // bo, 1, 1, bb, bo)
     if bias:
-        b = te.placeholder((wkl.batch // bb, wkl.out_filter // bo, 1, 1, bb, bo), env.acc_dtype, name="bias")
+        b = te.placeholder(per_channel, env.acc_dtype, name="bias")
         args.append(b)
+    if channel_shift:
+        shift = te.placeholder(per_channel, env.acc_dtype, name="shift")
+        args.append(shift)
     _, res = epilogue(env, conv, b, shift, clip, lambda i: (i[0], i[1], 0, 0, i[4], i[5]))
     func = te.create_prim_func(args + [res])
     return func.with_attr("vta.workload", str(wkl))
 
 
 def depthwise_conv2d_layer(wkl: GroupConv2DWorkload, env: Environment | None = None, shift: int = 8,
-                           bias: bool = True, clip: tuple[int, int] | None = (0, 127)):
+                           bias: bool = True, clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
     """A depthwise layer (``wkl.groups`` == channels) as a PrimFunc; its kernel comes from
     ``pack_depthwise_kernel`` (block-diagonal 16x16 tiles)."""
-    reason = depthwise_conv2d_supported(wkl, env)
+    reason = depthwise_conv2d_supported(wkl, env, 1 + int(channel_shift))
     if reason:
         raise VTACompileError(f"depthwise_conv2d {wkl}: {reason}")
-    return group_conv2d_layer(wkl, env, shift, bias, clip)
+    return group_conv2d_layer(wkl, env, shift, bias, clip, channel_shift)
 
 
 # ------------------------------------------------------------------------------------------------ packing
@@ -303,14 +311,15 @@ def _check_tiling(hw: _HwGroups, t: GroupConv2DTiling) -> str | None:
     return None
 
 
-def _sizes(env: Environment, wkl: GroupConv2DWorkload, hw: _HwGroups, t: GroupConv2DTiling):
-    """SRAM elements (inp, wgt, acc) and GEMM kernel uops of one tiling."""
+def _sizes(env: Environment, wkl: GroupConv2DWorkload, hw: _HwGroups, t: GroupConv2DTiling, acc_operands: int = 1):
+    """SRAM elements (inp, wgt, acc) and GEMM kernel uops of one tiling; ``acc_operands`` per-channel
+    tensors (bias, shift) share ACC with the accumulators."""
     kh, kw, hs, ws = wkl.hkernel, wkl.wkernel, wkl.hstride, wkl.wstride
     th = t.tile_h // t.h_nthread
     th_in, tw_in = (th - 1) * hs + kh, (t.tile_w - 1) * ws + kw
     inp = t.tile_g * t.tile_ci * th_in * tw_in * t.h_nthread * t.ko_nthread
     wgt = t.tile_g * t.tile_co * (hw.cib_g if t.wgt_at == "co" else t.tile_ci * t.ko_nthread) * kh * kw
-    acc = t.tile_g * t.tile_co * (t.tile_h * t.tile_w + 1)      # accumulators + bias
+    acc = t.tile_g * t.tile_co * (t.tile_h * t.tile_w + acc_operands)      # accumulators + bias, shift
     g_loop, c_loop = (t.tile_g // t.oc_nthread, t.tile_co) if t.tile_g > 1 else (1, t.tile_co // t.oc_nthread)
     loops = sorted([g_loop, c_loop, th, t.tile_w, t.tile_ci, kh, kw], reverse=True)
     return inp, wgt, acc, math.prod(loops[2:])
@@ -353,7 +362,7 @@ def estimate_cycles(env: Environment, wkl: GroupConv2DWorkload, hw: _HwGroups, t
     return total + TRAFFIC_WEIGHT * (inp_bytes + wgt_bytes) / bus
 
 
-def candidate_tilings(wkl: GroupConv2DWorkload, env: Environment | None = None):
+def candidate_tilings(wkl: GroupConv2DWorkload, env: Environment | None = None, acc_operands: int = 1):
     """Every legal tiling that fits the buffers and the uop budget."""
     env = env or get_env()
     hw = _hw_groups(wkl, env)
@@ -362,17 +371,20 @@ def candidate_tilings(wkl: GroupConv2DWorkload, env: Environment | None = None):
         for tg, tco, th, tw, tci in itertools.product(divisors(hw.groups), divisors(hw.cob_g), divisors(oh),
                                                       divisors(ow), divisors(hw.cib_g)):
             t = GroupConv2DTiling(tg, tco, th, tw, tci, oc_n, h_n, wgt_at, ko_n)
-            if _check_tiling(hw, t) is None and _fits(env, _sizes(env, wkl, hw, t)):
+            if _check_tiling(hw, t) is None and _fits(env, _sizes(env, wkl, hw, t, acc_operands)):
                 yield t
 
 
-def group_conv2d_tiling(wkl: GroupConv2DWorkload, env: Environment | None = None) -> GroupConv2DTiling:
-    """The cheapest tiling (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget."""
+def group_conv2d_tiling(wkl: GroupConv2DWorkload, env: Environment | None = None,
+                        acc_operands: int = 1) -> GroupConv2DTiling:
+    """The cheapest tiling (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget
+    (``acc_operands``: per-channel epilogue tensors in ACC, 1 for a bias, 2 for a bias and a shift)."""
     env = env or get_env()
     hw = _hw_groups(wkl, env)
-    best = min(candidate_tilings(wkl, env), key=lambda t: estimate_cycles(env, wkl, hw, t), default=None)
+    best = min(candidate_tilings(wkl, env, acc_operands), key=lambda t: estimate_cycles(env, wkl, hw, t),
+               default=None)
     if best is None:
-        needs = _sizes(env, wkl, hw, GroupConv2DTiling())
+        needs = _sizes(env, wkl, hw, GroupConv2DTiling(), acc_operands)
         limits = (env.INP_BUFF_DEPTH, env.WGT_BUFF_DEPTH, env.ACC_BUFF_DEPTH, kernel_uop_budget(env))
         names = ("INP buffer elements", "WGT buffer elements", "ACC buffer elements", "GEMM kernel uops")
         over = [f"{n} {need} > {lim}" for n, need, lim in zip(names, needs, limits) if need > lim]
@@ -463,5 +475,6 @@ def schedule_depthwise_conv2d_packed(func, tiling: GroupConv2DTiling | None = No
     return schedule_group_conv2d_packed(func, tiling, wkl, env, mock)
 
 
-def depthwise_conv2d_tiling(wkl: GroupConv2DWorkload, env: Environment | None = None) -> GroupConv2DTiling:
-    return group_conv2d_tiling(wkl, env)
+def depthwise_conv2d_tiling(wkl: GroupConv2DWorkload, env: Environment | None = None,
+                            acc_operands: int = 1) -> GroupConv2DTiling:
+    return group_conv2d_tiling(wkl, env, acc_operands)

@@ -4,6 +4,7 @@ Pure Python (numpy only): importing this never imports amaranth or tvm.
 """
 
 from .config import (
+                     BOARD_TARGETS,
                      CONFIG_ENV_VAR,
                      DEFAULT_CONFIG_PATH,
                      HW_VER,
@@ -12,6 +13,7 @@ from .config import (
                      MAX_XFER,
                      PAGE_BITS,
                      PAGE_BYTES,
+                     SIMULATED_TARGETS,
                      TARGETS,
                      UOP_ELEM_BYTES,
                      Config,
@@ -40,9 +42,9 @@ from .isa import (
 )
 
 __all__ = [
-    "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "HW_VER", "INSN_BYTES", "KEYS", "MAX_XFER", "PAGE_BITS", "PAGE_BYTES",
-    "TARGETS", "UOP_ELEM_BYTES", "Config", "ConfigError", "load_config", "DEVICE_COUNTERS", "PERF_COUNTERS",
-    "describe", "disassemble",
+    "BOARD_TARGETS", "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "HW_VER", "INSN_BYTES", "KEYS", "MAX_XFER", "PAGE_BITS",
+    "PAGE_BYTES", "SIMULATED_TARGETS", "TARGETS", "UOP_ELEM_BYTES", "Config", "ConfigError", "load_config",
+    "DEVICE_COUNTERS", "PERF_COUNTERS", "describe", "disassemble",
     "SUPPORTED_ALU_OPS", "TOKEN_QUEUES", "AluOp", "Field", "Format", "Isa", "IsaEncodeError", "IsaLayoutError",
     "MemType", "Opcode", "Stage", "illegal_dep_flags", "queue_between", "stage_of", "token_pops", "token_pushes",
 ]

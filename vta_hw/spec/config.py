@@ -62,6 +62,7 @@ _PYNQ = {
     "load_base_addr": 0x43C01000,
     "compute_base_addr": 0x43C02000,
     "store_base_addr": 0x43C03000,
+    "bitstream_ext": ".bit",   # what the vendor flow produces and the board's loader takes
 }
 _ULTRA96 = {
     **_PYNQ,
@@ -77,7 +78,33 @@ _ULTRA96 = {
     "compute_base_addr": 0xA0002000,
     "store_base_addr": 0xA0003000,
 }
-TARGETS: dict[str, dict[str, Any]] = {"sim": _PYNQ, "tsim": _PYNQ, "pynq": _PYNQ, "ultra96": _ULTRA96}
+# ZCU104: the Ultra96's system (PS8, 333 MHz, 128-bit AXI, the same register window) on a larger part
+_ZCU104 = {
+    **_ULTRA96,
+    "fpga_device": "xczu7ev-ffvc1156-2-e",
+    "fpga_board": "xilinx.com:zcu104:part0",
+    "fpga_board_rev": "1.1",
+}
+# DE10-Nano: Cyclone V SoC; the registers sit on the HPS's lightweight bridge (0xFF200000 + 0x20000)
+_DE10NANO = {
+    **_PYNQ,
+    "fpga_device": "5CSEBA6U23I7",
+    "fpga_family": "Cyclone V",
+    "fpga_freq": 100,
+    "fpga_per": 2,
+    "fpga_log_axi_bus_width": 6,
+    "axi_prot_bits": "100",
+    "fetch_base_addr": 0xFF220000,
+    "load_base_addr": 0xFF221000,
+    "compute_base_addr": 0xFF222000,
+    "store_base_addr": 0xFF223000,
+    "bitstream_ext": ".rbf",   # raw binary (compressed), what the Linux FPGA manager of a Cyclone V takes
+}
+TARGETS: dict[str, dict[str, Any]] = {"sim": _PYNQ, "tsim": _PYNQ, "pynq": _PYNQ, "ultra96": _ULTRA96,
+                                      "zcu104": _ZCU104, "de10nano": _DE10NANO}
+#: Targets whose device is a simulator on this machine, and those that are boards.
+SIMULATED_TARGETS = ("sim", "tsim")
+BOARD_TARGETS = tuple(t for t in TARGETS if t not in SIMULATED_TARGETS)
 
 # Register offsets of the original HLS design (spec 1.5); exported by ``--defs`` for compatibility.
 HLS_REG_OFFSETS = {
@@ -219,13 +246,15 @@ class Config:
         """A short, stable hash of the configuration, used to key build caches.
 
         ``hardware_only`` ignores the fields that do not change the generated hardware
-        (TARGET only matters through the AXI data width and burst length).
+        (TARGET only matters through the AXI data width, burst length and the AxCACHE/AxPROT bits the core
+        drives).
         """
         d = self.cfg_dict
         if hardware_only:
             d.pop("TARGET")
             d["AXI_DATA_BITS"] = self.AXI_DATA_BITS
             d["AXI_MAX_BURST_BEATS"] = self.AXI_MAX_BURST_BEATS
+            d["AXI_ATTRS"] = self.axi_cache_bits + self.axi_prot_bits
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

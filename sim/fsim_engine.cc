@@ -1,0 +1,793 @@
+// The execution engine of fsim (sim/fsim.py): decodes, checks and runs a VTA instruction stream.
+//
+// Built on first use by sim/fsim_native.py and called through ctypes. It holds no ISA tables of
+// its own: field positions, buffer geometry and the token-queue table come from vta_hw.spec at
+// fsim_create (Params below), and the opcode / memory type / ALU opcode numbers are -D defines
+// made from vta_hw.spec's enums. The SRAMs, the simulated DRAM and the counters are numpy arrays
+// owned by FsimDevice; the engine only gets their addresses (fsim_bind).
+//
+// Semantics are those of the README ("Semantics") and of the hardware:
+//  * LOAD and STORE are 2-D DMAs, loads zero-pad; the OUT SRAM is written only by GEMM and ALU.
+//  * GEMM adds inp[src] x wgt[wgt]^T into acc[dst] (32-bit wrap-around), then OUT = low 8 bits of
+//    every accumulator it wrote. The sum does not depend on the order of the additions, so the
+//    uops run in any order that is convenient (the hardware's is outer loop, inner loop, uop).
+//  * ALU runs uop by uop in program order (a uop may read what an earlier one wrote).
+//  * A reset GEMM zeroes the accumulators and leaves OUT alone.
+// Extra memory is a few arrays of the SRAM depths: nothing grows with the loop counts. Long
+// instructions look at the clock every few thousand uops so a run's timeout holds inside them.
+//
+// Errors are returned as status codes with a report; Python words the messages (vta_runtime.diagnose),
+// so fsim, tsim and the boards say the same thing about the same bad program.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#ifndef OP_LOAD
+#error "compile with the -D enum values from vta_hw.spec (sim/fsim_native.py does this)"
+#endif
+
+namespace {
+
+// ---------------------------------------------------------------- parameters from vta_hw.spec
+// The fields the engine reads, in the order sim/fsim_native.py passes their positions.
+enum FieldId {
+  F_OPCODE, F_POP_PREV, F_POP_NEXT, F_PUSH_PREV, F_PUSH_NEXT,
+  // memory format
+  F_MEMORY_TYPE, F_SRAM_BASE, F_DRAM_BASE, F_Y_SIZE, F_X_SIZE, F_X_STRIDE, F_Y_PAD_0, F_Y_PAD_1, F_X_PAD_0,
+  F_X_PAD_1,
+  // GEMM format
+  F_RESET, F_UOP_BGN, F_UOP_END, F_ITER_OUT, F_ITER_IN, F_DST_FACTOR_OUT, F_DST_FACTOR_IN, F_SRC_FACTOR_OUT,
+  F_SRC_FACTOR_IN, F_WGT_FACTOR_OUT, F_WGT_FACTOR_IN,
+  // ALU format (its loop fields may be narrower than the GEMM ones)
+  F_ALU_UOP_BGN, F_ALU_UOP_END, F_ALU_ITER_OUT, F_ALU_ITER_IN, F_ALU_DST_FACTOR_OUT, F_ALU_DST_FACTOR_IN,
+  F_ALU_SRC_FACTOR_OUT, F_ALU_SRC_FACTOR_IN, F_ALU_OPCODE, F_USE_IMM, F_IMM,
+  // uop format (bit positions inside the 32-bit uop)
+  F_UOP_DST, F_UOP_SRC, F_UOP_WGT,
+  NUM_FIELDS
+};
+
+struct Field {
+  int word, shift, width, is_signed;
+  uint64_t mask() const { return width >= 64 ? ~0ull : (1ull << width) - 1; }
+};
+
+// Counter slots; Python passes the index of each in vta_hw.spec.DEVICE_COUNTERS.
+enum CounterId { C_INP, C_WGT, C_ACC, C_UOP, C_OUT, C_GEMM, C_ALU, NUM_COUNTERS };
+
+constexpr int kStages = 3;   // LOAD, COMPUTE, STORE (vta_hw.spec.Stage minus 1)
+constexpr int kQueues = 4;   // vta_hw.spec.TOKEN_QUEUES
+constexpr int kFlags = 4;    // pop_prev, pop_next, push_prev, push_next
+
+struct Params {
+  Field field[NUM_FIELDS];
+  int64_t batch, block_in, block_out;
+  int64_t inp_depth, wgt_depth, acc_depth, uop_depth;
+  int64_t elem_bytes[5];                 // by memory type UOP, WGT, INP, ACC, OUT
+  int64_t shift_bits;                    // SHR reads the low shift_bits of its operand, signed
+  int64_t counter_slot[NUM_COUNTERS];
+  int64_t queue_of[kStages][kFlags];     // token queue a flag pops/pushes on that stage, -1: illegal
+};
+
+// ---------------------------------------------------------------- status codes and the report
+// (mirrored in sim/fsim_native.py)
+enum Status { ST_OK = 0, ST_DEADLOCK = 1, ST_TIMEOUT = 2, ST_SRAM_INDEX = 3, ST_INTERNAL = 4 };
+enum SramWhat { GEMM_DST = 0, GEMM_SRC = 1, GEMM_WGT = 2, ALU_DST = 3, ALU_SRC = 4 };
+// report[]: 0 instruction index, 1 what (SramWhat), 2 value (the index that overflows),
+// 3..5 next unexecuted instruction of each stage (n when none), 6..9 tokens per queue.
+constexpr int kReportLen = 10;
+
+using Clock = std::chrono::steady_clock;
+// Uop iterations between two looks at the clock (a few tens of microseconds of work).
+constexpr int64_t kClockEvery = 1 << 13;
+
+struct Timeout {};     // thrown inside a long instruction, caught by the run loop
+struct Internal {};    // an access the checks should have refused: never corrupt memory
+
+struct Engine {
+  Params p;
+  int8_t* inp = nullptr;
+  int8_t* wgt = nullptr;
+  int32_t* acc = nullptr;
+  int8_t* out = nullptr;
+  uint32_t* uop = nullptr;
+  uint8_t* dram = nullptr;
+  uint64_t dram_bytes = 0;
+  int64_t* counters = nullptr;
+  bool generic_gemm = false;            // use the plain loop even where the AVX2 kernel applies
+
+  // deadline of the current run
+  bool has_deadline = false;
+  Clock::time_point deadline;
+  int64_t until_clock = kClockEvery;
+
+  // scratch, sized by the SRAM depths once
+  std::vector<uint32_t> u_dst, u_src, u_wgt;   // decoded uops of one instruction
+  std::vector<const int16_t*> tiles;           // their rearranged weight tiles (AVX2 kernel)
+  std::vector<uint32_t> order, group_end;      // uops grouped by destination row (group_by_dst)
+  std::vector<int16_t> wgt_pairs;              // weight tiles rearranged for the AVX2 kernel
+  std::vector<uint32_t> wgt_pairs_stamp;
+  uint32_t pairs_stamp = 0;
+
+  int64_t acc_lanes() const { return p.batch * p.block_out; }
+  int64_t inp_lanes() const { return p.batch * p.block_in; }
+  int64_t wgt_lanes() const { return p.block_out * p.block_in; }
+
+  uint64_t get(const uint64_t* w, FieldId id) const {
+    const Field& f = p.field[id];
+    return (w[f.word] >> f.shift) & f.mask();
+  }
+  int64_t get_signed(const uint64_t* w, FieldId id) const {
+    const Field& f = p.field[id];
+    uint64_t v = get(w, id);
+    if (f.is_signed && (v >> (f.width - 1)) & 1) return static_cast<int64_t>(v) - (int64_t{1} << f.width);
+    return static_cast<int64_t>(v);
+  }
+  uint32_t uop_field(uint32_t u, FieldId id) const {
+    const Field& f = p.field[id];
+    return static_cast<uint32_t>((u >> f.shift) & f.mask());
+  }
+
+  // Stage (0 LOAD, 1 COMPUTE, 2 STORE) of an instruction, -1 if no module runs it.
+  int stage_of(const uint64_t* w) const {
+    uint64_t op = get(w, F_OPCODE);
+    if (op == OP_GEMM || op == OP_ALU || op == OP_FINISH) return 1;
+    if (op == OP_STORE) return 2;
+    if (op == OP_LOAD) {
+      uint64_t mt = get(w, F_MEMORY_TYPE);
+      if (mt == MEM_INP || mt == MEM_WGT) return 0;
+      if (mt == MEM_UOP || mt == MEM_ACC) return 1;
+    }
+    return -1;
+  }
+
+  // A new generation for a stamp array (cleared when the counter wraps around).
+  static void next_stamp(uint32_t& stamp, std::vector<uint32_t>& stamps) {
+    if (++stamp == 0) {
+      std::fill(stamps.begin(), stamps.end(), 0);
+      stamp = 1;
+    }
+  }
+
+  void count(CounterId c, int64_t v) { counters[p.counter_slot[c]] += v; }
+
+  // Called every uop iteration of a long instruction; looks at the clock now and then.
+  void tick(int64_t uops) {
+    until_clock -= uops;
+    if (until_clock > 0) return;
+    until_clock = kClockEvery;
+    if (has_deadline && Clock::now() > deadline) throw Timeout{};
+  }
+
+  // ------------------------------------------------------------ static checks (detection only)
+  // True if diagnose.check_instruction would refuse instruction w; allocs are the live
+  // allocations (start, size) sorted by start.
+  bool bad(const uint64_t* w, const int64_t* starts, const int64_t* sizes, int64_t nalloc) const {
+    uint64_t op = get(w, F_OPCODE);
+    if (op > OP_ALU) return true;
+    uint64_t mt = get(w, F_MEMORY_TYPE);
+    int st = stage_of(w);
+    if (op == OP_LOAD && st < 0) return true;
+    uint64_t x = get(w, F_X_SIZE);
+    if (op == OP_STORE && x && mt != MEM_OUT) return true;
+    if (op == OP_STORE && mt > MEM_OUT) return true;
+    const FieldId flags[kFlags] = {F_POP_PREV, F_POP_NEXT, F_PUSH_PREV, F_PUSH_NEXT};
+    for (int f = 0; f < kFlags; ++f)
+      if (get(w, flags[f]) && p.queue_of[st][f] < 0) return true;
+    if (op == OP_ALU) {
+      uint64_t a = get(w, F_ALU_OPCODE);
+      if (a != ALU_MIN && a != ALU_MAX && a != ALU_ADD && a != ALU_SHR) return true;
+    }
+    if (op == OP_GEMM && static_cast<int64_t>(get(w, F_UOP_END)) > p.uop_depth) return true;
+    if (op == OP_ALU && static_cast<int64_t>(get(w, F_ALU_UOP_END)) > p.uop_depth) return true;
+    if ((op == OP_LOAD || op == OP_STORE) && x) {
+      uint64_t y = get(w, F_Y_SIZE), rows, cols;
+      if (op == OP_STORE) {
+        if (get(w, F_Y_PAD_0) || get(w, F_Y_PAD_1) || get(w, F_X_PAD_0) || get(w, F_X_PAD_1)) return true;
+        rows = y;
+        cols = x;
+      } else {
+        rows = get(w, F_Y_PAD_0) + y + get(w, F_Y_PAD_1);
+        cols = get(w, F_X_PAD_0) + x + get(w, F_X_PAD_1);
+      }
+      if (static_cast<int64_t>(get(w, F_SRAM_BASE) + rows * cols) > depth_of(mt)) return true;
+      if (y) {
+        int64_t eb = p.elem_bytes[mt];
+        int64_t span = std::max<int64_t>(x, (y - 1) * get(w, F_X_STRIDE) + x) * eb;
+        int64_t phys = static_cast<int64_t>(get(w, F_DRAM_BASE)) * eb;
+        // the allocation containing phys (the last one starting at or before it)
+        const int64_t* it = std::upper_bound(starts, starts + nalloc, phys);
+        if (it == starts) return true;
+        int64_t k = (it - starts) - 1;
+        if (phys + span > starts[k] + sizes[k]) return true;
+      }
+    }
+    return false;
+  }
+
+  int64_t depth_of(uint64_t mt) const {
+    switch (mt) {
+      case MEM_UOP: return p.uop_depth;
+      case MEM_WGT: return p.wgt_depth;
+      case MEM_INP: return p.inp_depth;
+      default: return p.acc_depth;   // ACC and OUT
+    }
+  }
+
+  // ------------------------------------------------------------ LOAD and STORE
+  uint8_t* sram_bytes(uint64_t mt) const {
+    switch (mt) {
+      case MEM_UOP: return reinterpret_cast<uint8_t*>(uop);
+      case MEM_WGT: return reinterpret_cast<uint8_t*>(wgt);
+      case MEM_INP: return reinterpret_cast<uint8_t*>(inp);
+      case MEM_ACC: return reinterpret_cast<uint8_t*>(acc);
+      default: return reinterpret_cast<uint8_t*>(out);
+    }
+  }
+
+  uint8_t* dram_at(uint64_t byte, uint64_t nbytes) const {
+    if (byte + nbytes > dram_bytes || byte + nbytes < byte) throw Internal{};
+    return dram + byte;
+  }
+
+  void load(const uint64_t* w) {
+    uint64_t x = get(w, F_X_SIZE), y = get(w, F_Y_SIZE), mt = get(w, F_MEMORY_TYPE);
+    if (x == 0) return;   // a NOP
+    int64_t eb = p.elem_bytes[mt];
+    CounterId counter = mt == MEM_UOP ? C_UOP : mt == MEM_WGT ? C_WGT : mt == MEM_INP ? C_INP : C_ACC;
+    count(counter, static_cast<int64_t>(x * y) * eb);
+    uint64_t xp0 = get(w, F_X_PAD_0), xp1 = get(w, F_X_PAD_1), yp0 = get(w, F_Y_PAD_0), yp1 = get(w, F_Y_PAD_1);
+    uint64_t rows = yp0 + y + yp1, cols = xp0 + x + xp1, base = get(w, F_SRAM_BASE);
+    if (static_cast<int64_t>(base + rows * cols) > depth_of(mt)) throw Internal{};
+    uint8_t* block = sram_bytes(mt) + base * eb;
+    if (xp0 || xp1 || yp0 || yp1) std::memset(block, 0, rows * cols * eb);
+    if (mt == MEM_WGT)   // the rearranged copies of these tiles are stale now
+      std::fill(wgt_pairs_stamp.begin() + base, wgt_pairs_stamp.begin() + base + rows * cols, 0);
+    uint64_t start = get(w, F_DRAM_BASE), stride = get(w, F_X_STRIDE);
+    for (uint64_t r = 0; r < y; ++r)
+      std::memcpy(block + ((yp0 + r) * cols + xp0) * eb, dram_at((start + r * stride) * eb, x * eb), x * eb);
+  }
+
+  void store(const uint64_t* w) {
+    uint64_t x = get(w, F_X_SIZE), y = get(w, F_Y_SIZE);
+    if (x == 0 || y == 0) return;
+    int64_t eb = p.elem_bytes[MEM_OUT];
+    count(C_OUT, static_cast<int64_t>(x * y) * eb);
+    uint64_t base = get(w, F_SRAM_BASE), start = get(w, F_DRAM_BASE), stride = get(w, F_X_STRIDE);
+    if (static_cast<int64_t>(base + x * y) > p.acc_depth) throw Internal{};
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(out) + base * eb;
+    for (uint64_t r = 0; r < y; ++r)   // rows in order, as the hardware writes them
+      std::memcpy(dram_at((start + r * stride) * eb, x * eb), src + r * x * eb, x * eb);
+  }
+
+  // ------------------------------------------------------------ GEMM and ALU loops
+  struct Loops {
+    int64_t nuops, iter_out, iter_in;
+    int64_t dst_out, dst_in, src_out, src_in, wgt_out, wgt_in;
+    bool empty() const { return nuops <= 0 || iter_out == 0 || iter_in == 0; }
+  };
+
+  Loops loops(const uint64_t* w, bool gemm) {
+    auto f = [&](FieldId g, FieldId a) { return static_cast<int64_t>(get(w, gemm ? g : a)); };
+    int64_t bgn = f(F_UOP_BGN, F_ALU_UOP_BGN), end = f(F_UOP_END, F_ALU_UOP_END);
+    Loops l{end - bgn, f(F_ITER_OUT, F_ALU_ITER_OUT), f(F_ITER_IN, F_ALU_ITER_IN),
+            f(F_DST_FACTOR_OUT, F_ALU_DST_FACTOR_OUT), f(F_DST_FACTOR_IN, F_ALU_DST_FACTOR_IN),
+            f(F_SRC_FACTOR_OUT, F_ALU_SRC_FACTOR_OUT), f(F_SRC_FACTOR_IN, F_ALU_SRC_FACTOR_IN),
+            gemm ? f(F_WGT_FACTOR_OUT, F_WGT_FACTOR_OUT) : 0, gemm ? f(F_WGT_FACTOR_IN, F_WGT_FACTOR_IN) : 0};
+    if (l.empty()) return l;
+    if (end > p.uop_depth) throw Internal{};
+    u_dst.resize(l.nuops);
+    u_src.resize(l.nuops);
+    u_wgt.resize(l.nuops);
+    tiles.resize(l.nuops);
+    for (int64_t k = 0; k < l.nuops; ++k) {
+      uint32_t u = uop[bgn + k];
+      u_dst[k] = uop_field(u, F_UOP_DST);
+      u_src[k] = uop_field(u, F_UOP_SRC);
+      u_wgt[k] = uop_field(u, F_UOP_WGT);
+    }
+    return l;
+  }
+
+  // The largest index a uop field reaches over the loops (factors are unsigned).
+  int64_t top(const std::vector<uint32_t>& base, const Loops& l, int64_t f_out, int64_t f_in) const {
+    int64_t m = *std::max_element(base.begin(), base.begin() + l.nuops);
+    return m + (l.iter_out - 1) * f_out + (l.iter_in - 1) * f_in;
+  }
+
+  // Returns false and fills the report if an index passes its buffer.
+  bool within(int64_t t, int64_t depth, SramWhat what, int64_t* report) const {
+    if (t < depth) return true;
+    report[1] = what;
+    report[2] = t;
+    return false;
+  }
+
+  // The uops of a GEMM, grouped by destination row: a GEMM only adds into the accumulators and
+  // 32-bit wrap-around addition does not depend on the order, so each group adds all its products
+  // into one accumulator row held in registers, and writes the row (and its OUT row) once.
+  void group_by_dst(const Loops& l) {
+    order.resize(l.nuops);
+    for (int64_t k = 0; k < l.nuops; ++k) order[k] = static_cast<uint32_t>(k);
+    if (!std::is_sorted(u_dst.begin(), u_dst.begin() + l.nuops))   // usually they come sorted
+      std::stable_sort(order.begin(), order.end(), [this](uint32_t x, uint32_t y) { return u_dst[x] < u_dst[y]; });
+    group_end.clear();
+    for (int64_t k = 1; k <= l.nuops; ++k)
+      if (k == l.nuops || u_dst[order[k]] != u_dst[order[k - 1]]) group_end.push_back(static_cast<uint32_t>(k));
+  }
+
+  // OUT = the low 8 bits of an accumulator row. (Local restrict pointers: an int8 store may alias
+  // anything, which would make the compiler reload every member after each one.)
+  void write_out(int64_t row) const {
+    const int64_t lanes = acc_lanes();
+    const int32_t* __restrict a = acc + row * lanes;
+    int8_t* __restrict q = out + row * lanes;
+    for (int64_t j = 0; j < lanes; ++j) q[j] = static_cast<int8_t>(a[j]);
+  }
+
+  // acc[b][o] += sum over the group's uops of sum_k inp[b][k] * wgt[o][k]. The plain loop: any config.
+  void gemm_group_generic(int32_t* a, const int8_t* x0, const int8_t* w0, const uint32_t* ks, int64_t n) const {
+    const int64_t bi = p.block_in, bo = p.block_out;
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t o = 0; o < bo; ++o) {
+        uint32_t sum = static_cast<uint32_t>(a[b * bo + o]);
+        for (int64_t u = 0; u < n; ++u) {
+          const int8_t* x = x0 + u_src[ks[u]] * p.batch * bi + b * bi;
+          const int8_t* m = w0 + u_wgt[ks[u]] * bo * bi + o * bi;
+          int32_t dot = 0;   // |dot| <= block_in * 2^14: no overflow for any legal block size
+          for (int64_t k = 0; k < bi; ++k) dot += int32_t(x[k]) * int32_t(m[k]);
+          sum += static_cast<uint32_t>(dot);
+        }
+        a[b * bo + o] = static_cast<int32_t>(sum);
+      }
+  }
+
+#if defined(__AVX2__)
+  // The same for 16x16 blocks with AVX2: pairs of 16-bit inputs times pairs of weights
+  // (_mm256_madd_epi16), 8 outputs per register; input pairs that are both zero are skipped
+  // (the zero-padded channels of a 3-channel image). Weight tiles are used rearranged as
+  // pairs[k/2][o][k%2], made when a tile is first used in a run and again after a WGT load
+  // overwrites it.
+  static bool avx2_shape(const Params& p) { return p.block_in == 16 && p.block_out == 16; }
+
+  const int16_t* pairs_of(int64_t t) {
+    int16_t* dst = wgt_pairs.data() + t * 256;
+    if (wgt_pairs_stamp[t] != pairs_stamp) {
+      const int8_t* m = wgt + t * 256;
+      for (int kp = 0; kp < 8; ++kp)
+        for (int o = 0; o < 16; ++o) {
+          dst[kp * 32 + 2 * o] = m[o * 16 + 2 * kp];
+          dst[kp * 32 + 2 * o + 1] = m[o * 16 + 2 * kp + 1];
+        }
+      wgt_pairs_stamp[t] = pairs_stamp;
+    }
+    return dst;
+  }
+
+  // ks: the group's uops; x0: the iteration's input rows; tiles[k]: uop k's rearranged tile;
+  // a, q: the accumulator and OUT rows, both written.
+  void gemm_group_avx2(int32_t* a, int8_t* q, const int8_t* x0, const uint32_t* ks, int64_t n) const {
+    for (int64_t b = 0; b < p.batch; ++b, a += 16) {
+      __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+      __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 8));
+      __m256i lo2 = _mm256_setzero_si256(), hi2 = _mm256_setzero_si256();   // two chains: shorter latency
+      for (int64_t u = 0; u < n; ++u) {
+        const int8_t* x = x0 + (u_src[ks[u]] * p.batch + b) * 16;
+        const int16_t* w = tiles[ks[u]];
+        const __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+        // bit kp set: the input pair (x[2kp], x[2kp+1]) is zero
+        const uint32_t zero =
+            _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x16, _mm256_setzero_si256())));
+        const __m256i pairs_lo = _mm256_permute2x128_si256(x16, x16, 0x00);   // pairs 0-3 in both halves
+        const __m256i pairs_hi = _mm256_permute2x128_si256(x16, x16, 0x11);   // pairs 4-7
+#define VTA_PAIR(kp, half, imm, L, H)                                                            \
+        {                                                                                        \
+          const __m256i xx = _mm256_shuffle_epi32(half, imm); /* pair kp in every 32-bit lane */ \
+          const __m256i* wp = reinterpret_cast<const __m256i*>(w + (kp) * 32);                   \
+          L = _mm256_add_epi32(L, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp)));                \
+          H = _mm256_add_epi32(H, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp + 1)));            \
+        }
+#define VTA_PAIR_IF(kp, half, imm, L, H) \
+        if (!(zero >> (kp) & 1)) VTA_PAIR(kp, half, imm, L, H)
+        if (zero == 0) {   // no zero pair (the usual case): no tests
+          VTA_PAIR(0, pairs_lo, 0x00, lo, hi) VTA_PAIR(1, pairs_lo, 0x55, lo2, hi2)
+          VTA_PAIR(2, pairs_lo, 0xAA, lo, hi) VTA_PAIR(3, pairs_lo, 0xFF, lo2, hi2)
+          VTA_PAIR(4, pairs_hi, 0x00, lo, hi) VTA_PAIR(5, pairs_hi, 0x55, lo2, hi2)
+          VTA_PAIR(6, pairs_hi, 0xAA, lo, hi) VTA_PAIR(7, pairs_hi, 0xFF, lo2, hi2)
+        } else {
+          VTA_PAIR_IF(0, pairs_lo, 0x00, lo, hi) VTA_PAIR_IF(1, pairs_lo, 0x55, lo2, hi2)
+          VTA_PAIR_IF(2, pairs_lo, 0xAA, lo, hi) VTA_PAIR_IF(3, pairs_lo, 0xFF, lo2, hi2)
+          VTA_PAIR_IF(4, pairs_hi, 0x00, lo, hi) VTA_PAIR_IF(5, pairs_hi, 0x55, lo2, hi2)
+          VTA_PAIR_IF(6, pairs_hi, 0xAA, lo, hi) VTA_PAIR_IF(7, pairs_hi, 0xFF, lo2, hi2)
+        }
+#undef VTA_PAIR_IF
+#undef VTA_PAIR
+      }
+      lo = _mm256_add_epi32(lo, lo2);
+      hi = _mm256_add_epi32(hi, hi2);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + 8), hi);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 16), low_bytes(lo, hi));
+    }
+  }
+
+  // The low byte of each of the 16 int32 lanes of (lo, hi), in order: the OUT row.
+  static __m128i low_bytes(__m256i lo, __m256i hi) {
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,   //
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i gather = _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0);   // dwords 0 (lanes 0-3) and 4 (4-7)
+    __m256i l = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(lo, pick), gather);
+    __m256i h = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(hi, pick), gather);
+    return _mm_unpacklo_epi64(_mm256_castsi256_si128(l), _mm256_castsi256_si128(h));
+  }
+#endif
+
+  Status gemm(const uint64_t* w, int64_t* report) {
+    Loops l = loops(w, true);
+    if (l.empty()) return ST_OK;
+    if (!within(top(u_dst, l, l.dst_out, l.dst_in), p.acc_depth, GEMM_DST, report)) return ST_SRAM_INDEX;
+    const int64_t lanes = acc_lanes();
+    if (get(w, F_RESET)) {   // zero the accumulators; OUT keeps its value
+      for (int64_t o = 0; o < l.iter_out; ++o)
+        for (int64_t i = 0; i < l.iter_in; ++i) {
+          int64_t d0 = o * l.dst_out + i * l.dst_in;
+          for (int64_t k = 0; k < l.nuops; ++k) std::memset(acc + (d0 + u_dst[k]) * lanes, 0, lanes * 4);
+          tick(l.nuops);
+        }
+      return ST_OK;
+    }
+    if (!within(top(u_src, l, l.src_out, l.src_in), p.inp_depth, GEMM_SRC, report)) return ST_SRAM_INDEX;
+    if (!within(top(u_wgt, l, l.wgt_out, l.wgt_in), p.wgt_depth, GEMM_WGT, report)) return ST_SRAM_INDEX;
+    count(C_GEMM, l.nuops * l.iter_out * l.iter_in);
+    group_by_dst(l);
+#if defined(__AVX2__)
+    const bool fast = !generic_gemm && avx2_shape(p);
+#else
+    const bool fast = false;
+#endif
+    for (int64_t o = 0; o < l.iter_out; ++o) {
+      if (l.wgt_in == 0) {   // the tiles stay the same for all i: each group runs over i with its tiles hot
+        if (fast && (o == 0 || l.wgt_out)) set_tiles(l, o * l.wgt_out);
+        uint32_t begin = 0;
+        for (uint32_t end : group_end) {
+          gemm_group(l, fast, o, 0, l.iter_in, begin, end);
+          tick(static_cast<int64_t>(end - begin) * l.iter_in);
+          begin = end;
+        }
+      } else {
+        for (int64_t i = 0; i < l.iter_in; ++i) {
+          if (fast) set_tiles(l, o * l.wgt_out + i * l.wgt_in);
+          uint32_t begin = 0;
+          for (uint32_t end : group_end) {
+            gemm_group(l, fast, o, i, 1, begin, end);
+            begin = end;
+          }
+          tick(l.nuops);
+        }
+      }
+    }
+    return ST_OK;
+  }
+
+  void set_tiles(const Loops& l, int64_t w0) {
+#if defined(__AVX2__)
+    for (int64_t k = 0; k < l.nuops; ++k) tiles[k] = pairs_of(w0 + u_wgt[k]);
+#else
+    (void)l;
+    (void)w0;
+#endif
+  }
+
+  // The group of uops order[begin, end) at iterations (o, i) for i in [i0, i0 + n).
+  void gemm_group(const Loops& l, bool fast, int64_t o, int64_t i0, int64_t n, uint32_t begin, uint32_t end) {
+    const int64_t lanes = acc_lanes(), il = inp_lanes(), wl = wgt_lanes();
+    const uint32_t* ks = &order[begin];
+    const int64_t count = end - begin;
+    int64_t row = o * l.dst_out + i0 * l.dst_in + u_dst[ks[0]];
+    const int8_t* x0 = inp + (o * l.src_out + i0 * l.src_in) * il;
+    for (int64_t i = 0; i < n; ++i, row += l.dst_in, x0 += l.src_in * il) {
+#if defined(__AVX2__)
+      if (fast) {
+        gemm_group_avx2(acc + row * lanes, out + row * lanes, x0, ks, count);
+        continue;
+      }
+#else
+      (void)fast;
+#endif
+      gemm_group_generic(acc + row * lanes, x0, wgt + (o * l.wgt_out + (i0 + i) * l.wgt_in) * wl, ks, count);
+      write_out(row);
+    }
+  }
+
+  // The ALU works on 32-bit lanes: both operands are 32-bit values (an immediate has 16 bits), so
+  // MIN and MAX are exact and ADD wraps around like the accumulator.
+  // SHR by the low shift_bits of the operand read as a signed number; a negative amount shifts left.
+  static int32_t shift(int32_t lhs, int32_t amount) {
+    if (amount >= 0) return lhs >> std::min(amount, 31);   // 31 and more: the sign
+    if (amount <= -32) return 0;
+    return static_cast<int32_t>(static_cast<uint32_t>(lhs) << -amount);
+  }
+
+  // The four ALU operations, lane by lane; with AVX2 also 8 lanes at a time.
+  struct AluMin {
+    int32_t operator()(int32_t a, int32_t b) const { return a < b ? a : b; }
+#if defined(__AVX2__)
+    __m256i operator()(__m256i a, __m256i b) const { return _mm256_min_epi32(a, b); }
+#endif
+  };
+  struct AluMax {
+    int32_t operator()(int32_t a, int32_t b) const { return a > b ? a : b; }
+#if defined(__AVX2__)
+    __m256i operator()(__m256i a, __m256i b) const { return _mm256_max_epi32(a, b); }
+#endif
+  };
+  struct AluAdd {
+    int32_t operator()(int32_t a, int32_t b) const {
+      return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+    }
+#if defined(__AVX2__)
+    __m256i operator()(__m256i a, __m256i b) const { return _mm256_add_epi32(a, b); }
+#endif
+  };
+  struct AluShr {
+    int32_t shift_bits;
+    int32_t operator()(int32_t a, int32_t b) const {
+      const int32_t half = int32_t{1} << (shift_bits - 1);
+      return shift(a, ((b & ((int32_t{1} << shift_bits) - 1)) ^ half) - half);
+    }
+#if defined(__AVX2__)
+    __m256i operator()(__m256i a, __m256i b) const {
+      const __m256i half = _mm256_set1_epi32(1 << (shift_bits - 1));
+      const __m256i amount = _mm256_sub_epi32(
+          _mm256_xor_si256(_mm256_and_si256(b, _mm256_set1_epi32((1 << shift_bits) - 1)), half), half);
+      const __m256i right = _mm256_srav_epi32(a, amount);   // a count of 32 or more gives the sign
+      const __m256i left = _mm256_sllv_epi32(a, _mm256_sub_epi32(_mm256_setzero_si256(), amount));   // >= 32: 0
+      return _mm256_blendv_epi8(right, left, _mm256_cmpgt_epi32(_mm256_setzero_si256(), amount));
+    }
+#endif
+  };
+
+  // acc[dst] = op(acc[dst], operand) lane by lane, in program order (later uops see earlier
+  // results); operand is the immediate or acc[src]. OUT gets the low 8 bits.
+  template <typename Op>
+  void alu_loops(const Loops& l, bool use_imm, int32_t imm, Op op) {
+    const int64_t lanes = acc_lanes();
+    int32_t* const acc_rows = acc;   // locals: an int8 store would make the compiler reload members
+    int8_t* const out_rows = out;
+    for (int64_t o = 0; o < l.iter_out; ++o)
+      for (int64_t i = 0; i < l.iter_in; ++i) {
+        const int64_t d0 = o * l.dst_out + i * l.dst_in, s0 = o * l.src_out + i * l.src_in;
+        for (int64_t k = 0; k < l.nuops; ++k) {
+          const int64_t d = d0 + u_dst[k];
+          int32_t* a = acc_rows + d * lanes;
+          int8_t* q = out_rows + d * lanes;
+          const int32_t* s = use_imm ? nullptr : acc_rows + (s0 + u_src[k]) * lanes;
+          int64_t j = 0;
+#if defined(__AVX2__)
+          for (; j + 16 <= lanes; j += 16) {   // both operands are read before the row is written
+            const __m256i* av = reinterpret_cast<const __m256i*>(a + j);
+            const __m256i* sv = reinterpret_cast<const __m256i*>(s + j);
+            __m256i b_lo = use_imm ? _mm256_set1_epi32(imm) : _mm256_loadu_si256(sv);
+            __m256i b_hi = use_imm ? b_lo : _mm256_loadu_si256(sv + 1);
+            __m256i lo = op(_mm256_loadu_si256(av), b_lo), hi = op(_mm256_loadu_si256(av + 1), b_hi);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + j), lo);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + j + 8), hi);
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j), low_bytes(lo, hi));
+          }
+#endif
+          for (; j < lanes; ++j) {   // lane j of s is read before lane j of a is written
+            a[j] = op(a[j], use_imm ? imm : s[j]);
+            q[j] = static_cast<int8_t>(a[j]);
+          }
+        }
+        tick(l.nuops);
+      }
+  }
+
+  Status alu(const uint64_t* w, int64_t* report) {
+    Loops l = loops(w, false);
+    if (l.empty()) return ST_OK;
+    if (!within(top(u_dst, l, l.dst_out, l.dst_in), p.acc_depth, ALU_DST, report)) return ST_SRAM_INDEX;
+    const bool use_imm = get(w, F_USE_IMM) != 0;
+    if (!use_imm && !within(top(u_src, l, l.src_out, l.src_in), p.acc_depth, ALU_SRC, report))
+      return ST_SRAM_INDEX;
+    count(C_ALU, l.nuops * l.iter_out * l.iter_in);
+    const int32_t imm = static_cast<int32_t>(get_signed(w, F_IMM));
+    switch (get(w, F_ALU_OPCODE)) {
+      case ALU_MIN: alu_loops(l, use_imm, imm, AluMin{}); break;
+      case ALU_MAX: alu_loops(l, use_imm, imm, AluMax{}); break;
+      case ALU_ADD: alu_loops(l, use_imm, imm, AluAdd{}); break;
+      default: alu_loops(l, use_imm, imm, AluShr{static_cast<int32_t>(p.shift_bits)});   // SHR: the checks refused
+    }                                                                                     // every other opcode
+    return ST_OK;
+  }
+
+  Status exec(const uint64_t* w, int64_t* report) {
+    switch (get(w, F_OPCODE)) {
+      case OP_LOAD: load(w); return ST_OK;
+      case OP_STORE: store(w); return ST_OK;
+      case OP_GEMM: return gemm(w, report);
+      case OP_ALU: return alu(w, report);
+      default: return ST_OK;   // FINISH
+    }
+  }
+
+  // Before a run (or a lone instruction): the clock starts, and Python may have written the SRAMs.
+  void begin(double timeout_s) {
+    next_stamp(pairs_stamp, wgt_pairs_stamp);
+    has_deadline = timeout_s >= 0;
+    if (has_deadline)
+      deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    until_clock = kClockEvery;
+  }
+
+  // ------------------------------------------------------------ the three modules
+  // As fsim always did: the load module runs as far as its tokens allow, then compute, then
+  // store, round and round until FINISH; a round in which nothing runs is a deadlock.
+  Status run(const uint64_t* words, int64_t n, int64_t* report) {
+    std::vector<int64_t> queue[kStages];
+    for (int64_t i = 0; i < n; ++i) {
+      int s = stage_of(words + 2 * i);
+      if (s < 0) {   // fsim_check refuses such streams
+        report[0] = i;
+        return ST_INTERNAL;
+      }
+      queue[s].push_back(i);
+    }
+    size_t head[kStages] = {0, 0, 0};
+    int64_t tokens[kQueues] = {0, 0, 0, 0};
+    const FieldId flags[kFlags] = {F_POP_PREV, F_POP_NEXT, F_PUSH_PREV, F_PUSH_NEXT};
+    auto fill = [&](int64_t current) {
+      report[0] = current;
+      for (int s = 0; s < kStages; ++s) report[3 + s] = head[s] < queue[s].size() ? queue[s][head[s]] : n;
+      for (int q = 0; q < kQueues; ++q) report[6 + q] = tokens[q];
+    };
+    Status st = ST_OK;
+    int64_t current = -1;
+    try {
+      for (;;) {
+        bool progressed = false;
+        for (int s = 0; s < kStages; ++s) {
+          while (head[s] < queue[s].size()) {
+            current = queue[s][head[s]];
+            const uint64_t* w = words + 2 * current;
+            bool ready = true;
+            for (int f = 0; f < 2; ++f)
+              if (get(w, flags[f]) && tokens[p.queue_of[s][f]] == 0) ready = false;
+            if (!ready) break;
+            for (int f = 0; f < 2; ++f)
+              if (get(w, flags[f])) --tokens[p.queue_of[s][f]];
+            st = exec(w, report);
+            if (st != ST_OK) {   // nothing retired: report the instruction as the current one
+              for (int f = 0; f < 2; ++f)
+                if (get(w, flags[f])) ++tokens[p.queue_of[s][f]];
+              fill(current);
+              return st;
+            }
+            ++head[s];
+            for (int f = 2; f < 4; ++f)
+              if (get(w, flags[f])) ++tokens[p.queue_of[s][f]];
+            progressed = true;
+            if (get(w, F_OPCODE) == OP_FINISH) {
+              fill(current);
+              return ST_OK;
+            }
+            if (has_deadline && Clock::now() > deadline) {
+              fill(current);
+              return ST_TIMEOUT;
+            }
+          }
+        }
+        if (!progressed) {
+          fill(-1);
+          return ST_DEADLOCK;
+        }
+      }
+    } catch (const Timeout&) {   // inside instruction `current`, which stays current
+      fill(current);
+      return ST_TIMEOUT;
+    } catch (const Internal&) {
+      fill(current);
+      return ST_INTERNAL;
+    }
+  }
+};
+
+}  // namespace
+
+extern "C" {
+
+void* fsim_create(const int64_t* params, int64_t nparams) {
+  // params: NUM_FIELDS x (word, shift, width, signed), then the scalars of Params in order.
+  const int64_t want = NUM_FIELDS * 4 + 3 + 4 + 5 + 1 + NUM_COUNTERS + kStages * kFlags;
+  if (nparams != want) return nullptr;
+  auto* e = new Engine();
+  Params& p = e->p;
+  const int64_t* v = params;
+  for (int f = 0; f < NUM_FIELDS; ++f, v += 4)
+    p.field[f] = Field{static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]), static_cast<int>(v[3])};
+  p.batch = *v++;
+  p.block_in = *v++;
+  p.block_out = *v++;
+  p.inp_depth = *v++;
+  p.wgt_depth = *v++;
+  p.acc_depth = *v++;
+  p.uop_depth = *v++;
+  for (int m = 0; m < 5; ++m) p.elem_bytes[m] = *v++;
+  p.shift_bits = *v++;
+  for (int c = 0; c < NUM_COUNTERS; ++c) p.counter_slot[c] = *v++;
+  for (int s = 0; s < kStages; ++s)
+    for (int f = 0; f < kFlags; ++f) p.queue_of[s][f] = *v++;
+  e->wgt_pairs.assign(static_cast<size_t>(p.wgt_depth) * p.block_out * p.block_in, 0);
+  e->wgt_pairs_stamp.assign(p.wgt_depth, 0);
+  return e;
+}
+
+void fsim_destroy(void* e) { delete static_cast<Engine*>(e); }
+
+void fsim_bind(void* h, int8_t* inp, int8_t* wgt, int32_t* acc, int8_t* out, uint32_t* uop, uint8_t* dram,
+               uint64_t dram_bytes, int64_t* counters) {
+  auto* e = static_cast<Engine*>(h);
+  e->inp = inp;
+  e->wgt = wgt;
+  e->acc = acc;
+  e->out = out;
+  e->uop = uop;
+  e->dram = dram;
+  e->dram_bytes = dram_bytes;
+  e->counters = counters;
+}
+
+void fsim_use_generic_gemm(void* h, int32_t on) { static_cast<Engine*>(h)->generic_gemm = on != 0; }
+
+// 1 if the AVX2 GEMM kernel was compiled in and applies to this config.
+int32_t fsim_has_fast_gemm(void* h) {
+#if defined(__AVX2__)
+  return Engine::avx2_shape(static_cast<Engine*>(h)->p) ? 1 : 0;
+#else
+  (void)h;
+  return 0;
+#endif
+}
+
+// Index of the first instruction diagnose.check_instruction refuses; n if all pass but there is
+// no FINISH; -1 if the stream is fine.
+int64_t fsim_check(void* h, const uint64_t* words, int64_t n, const int64_t* starts, const int64_t* sizes,
+                   int64_t nalloc) {
+  auto* e = static_cast<Engine*>(h);
+  bool finish = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t* w = words + 2 * i;
+    if (e->bad(w, starts, sizes, nalloc)) return i;
+    finish = finish || e->get(w, F_OPCODE) == OP_FINISH;
+  }
+  return finish ? -1 : n;
+}
+
+// Run a checked stream until FINISH. Returns a Status; report as described above.
+int32_t fsim_run(void* h, const uint64_t* words, int64_t n, double timeout_s, int64_t* report) {
+  auto* e = static_cast<Engine*>(h);
+  e->begin(timeout_s);
+  return e->run(words, n, report);
+}
+
+// Execute one checked instruction (for schedulers written in Python, such as the tests' racy fsim).
+int32_t fsim_exec_one(void* h, const uint64_t* word, double timeout_s, int64_t* report) {
+  auto* e = static_cast<Engine*>(h);
+  e->begin(timeout_s);
+  try {
+    return e->exec(word, report);
+  } catch (const Timeout&) {
+    return ST_TIMEOUT;
+  } catch (const Internal&) {
+    return ST_INTERNAL;
+  }
+}
+
+}  // extern "C"

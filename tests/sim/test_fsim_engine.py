@@ -1,0 +1,260 @@
+"""fsim's C++ engine: bounded memory and timeouts inside long instructions, its two GEMM kernels,
+and its static checks against the ones of vta_runtime.diagnose (which word the messages)."""
+
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.fsim import FsimDevice
+from vta_hw.spec import AluOp, Isa, MemType, Opcode, load_config
+from vta_runtime import DeviceTimeout, ProgramError
+from vta_runtime.diagnose import Program, check_stream
+
+LIMIT = 256 << 20   # the most extra memory one instruction may take (README)
+LONG = 4000         # iter_out = iter_in: 16 million uop iterations in one instruction
+
+
+def traced_peak(fn) -> int:
+    """tracemalloc's peak (Python and numpy allocations) while fn() runs."""
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+# Resident-set growth is measured in a fresh process: in a long-lived one, memory freed by earlier
+# tests is reused without growing the resident set, which would hide an allocation.
+RSS_SCRIPT = """
+import sys, numpy as np
+from sim.fsim import FsimDevice
+from vta_hw.spec import AluOp, Isa, Opcode
+
+def high_water():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+what, n = sys.argv[1], int(sys.argv[2])
+dev = FsimDevice()
+isa = dev.config.isa
+dev.uop[0, 0] = isa.uop.encode(dst_idx=0, src_idx=1, wgt_idx=0)
+if what == "gemm":
+    insn = isa.gemm.encode(opcode=Opcode.GEMM, uop_end=1, iter_out=n, iter_in=n)
+else:
+    insn = isa.alu.encode(opcode=Opcode.ALU, uop_end=1, iter_out=n, iter_in=n, alu_opcode=AluOp.ADD, use_imm=0)
+data = Isa.to_bytes([insn, isa.finish_insn()])
+phys = dev.alloc(len(data))
+dev.write(phys, data)
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")                    # the high-water mark restarts from the current resident set
+before = high_water()
+if what == "control":
+    a = np.ones(n << 20, np.uint8)  # n MiB, touched
+    a.sum()
+else:
+    dev.run(phys, 2)
+print(high_water() - before)
+"""
+
+
+def rss_growth(what: str, n: int) -> int:
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("resident-set high-water marks need Linux's /proc/self/clear_refs")
+    r = subprocess.run([sys.executable, "-c", RSS_SCRIPT, what, str(n)], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[2], timeout=600)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.split()[-1])
+
+
+def test_the_memory_measurements_see_a_large_allocation():
+    """Negative controls: both measurements below see an allocation above the limit."""
+    def big():
+        a = np.ones(LIMIT + (32 << 20), np.uint8)
+        return a.sum()
+    assert traced_peak(big) > LIMIT
+    assert rss_growth("control", (LIMIT >> 20) + 32) > LIMIT
+
+
+@pytest.mark.parametrize("what", ["gemm", "alu"])
+def test_long_instruction_takes_no_resident_memory(what):
+    """A fresh process runs one 4000 x 4000-iteration instruction; its resident set grows by less than the limit."""
+    assert rss_growth(what, LONG) <= LIMIT
+
+
+def run(dev, words, timeout=None):
+    data = Isa.to_bytes(words)
+    phys = dev.alloc(len(data))
+    dev.write(phys, data)
+    dev.run(phys, len(words), timeout)
+
+
+def put(dev, array) -> int:
+    phys = dev.alloc(array.nbytes)
+    dev.write(phys, array)
+    return phys
+
+
+def loaded_device(rng):
+    """A device with random INP row 0, WGT tile 0, ACC rows 0-1 and the uop (dst 0, src 0, wgt 0) at 0,
+    and the instructions that load them."""
+    dev = FsimDevice()
+    cfg = dev.config
+    isa = cfg.isa
+    inp = rng.integers(-128, 128, (1, cfg.BATCH * cfg.BLOCK_IN), dtype=np.int8)
+    wgt = rng.integers(-128, 128, (1, cfg.BLOCK_OUT * cfg.BLOCK_IN), dtype=np.int8)
+    acc = rng.integers(-(1 << 20), 1 << 20, (2, cfg.BATCH * cfg.BLOCK_OUT), dtype=np.int32)
+    uop = np.array([isa.uop.encode(dst_idx=0, src_idx=0, wgt_idx=0)], np.uint32)
+    loads = [isa.load(MemType.INP, 0, put(dev, inp) // cfg.INP_ELEM_BYTES, 1, 1, 1),
+             isa.load(MemType.WGT, 0, put(dev, wgt) // cfg.WGT_ELEM_BYTES, 1, 1, 1),
+             isa.load(MemType.UOP, 0, put(dev, uop) // 4, 1, 1, 1),
+             isa.load(MemType.ACC, 0, put(dev, acc) // cfg.ACC_ELEM_BYTES, 1, 2, 2)]
+    return dev, loads, inp, wgt, acc
+
+
+def wrap32(x):
+    return ((np.asarray(x, dtype=np.int64) + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+
+def test_long_gemm_takes_no_memory_and_is_exact():
+    rng = np.random.default_rng(1)
+    dev, loads, inp, wgt, acc = loaded_device(rng)
+    cfg, isa = dev.config, dev.config.isa
+    gemm = isa.gemm.encode(opcode=Opcode.GEMM, uop_end=1, iter_out=LONG, iter_in=LONG)   # all into acc[0]
+    assert traced_peak(lambda: run(dev, loads + [gemm, isa.finish_insn()])) <= LIMIT
+    x = inp.reshape(cfg.BATCH, cfg.BLOCK_IN).astype(np.int64)
+    w = wgt.reshape(cfg.BLOCK_OUT, cfg.BLOCK_IN).astype(np.int64)
+    want = wrap32(acc[0].astype(np.int64) + LONG * LONG * (x @ w.T).reshape(-1))
+    assert np.array_equal(dev.acc[0], want)
+    assert np.array_equal(dev.out[0], want.astype(np.int8))
+    assert len(set(want.tolist())) > 8          # informative: distinct, wrapped values
+    assert dev.stats()["gemm_counter"] == LONG * LONG
+
+
+@pytest.mark.parametrize("use_imm", [1, 0])
+def test_long_alu_takes_no_memory_and_is_exact(use_imm):
+    rng = np.random.default_rng(2)
+    dev, loads, _, _, acc = loaded_device(rng)
+    isa = dev.config.isa
+    # acc[0] += 3 (immediate) or acc[0] += acc[1] (register operand)
+    alu = isa.alu.encode(opcode=Opcode.ALU, uop_end=1, iter_out=LONG, iter_in=LONG, alu_opcode=AluOp.ADD,
+                         use_imm=use_imm, imm=3)
+    if not use_imm:   # the uop at 1 reads row 1 and writes row 0
+        uop = np.array([isa.uop.encode(dst_idx=0, src_idx=1, wgt_idx=0)], np.uint32)
+        loads.append(isa.load(MemType.UOP, 1, put(dev, uop) // 4, 1, 1, 1))
+        alu = isa.alu.encode(opcode=Opcode.ALU, uop_bgn=1, uop_end=2, iter_out=LONG, iter_in=LONG,
+                             alu_opcode=AluOp.ADD, use_imm=0)
+    assert traced_peak(lambda: run(dev, loads + [alu, isa.finish_insn()])) <= LIMIT
+    step = 3 if use_imm else acc[1].astype(np.int64)
+    want = wrap32(acc[0].astype(np.int64) + LONG * LONG * step)
+    assert np.array_equal(dev.acc[0], want) and np.array_equal(dev.out[0], want.astype(np.int8))
+    assert np.array_equal(dev.acc[1], acc[1])
+    assert dev.stats()["alu_counter"] == LONG * LONG
+
+
+@pytest.mark.parametrize("op", ["gemm", "alu"])
+def test_timeout_holds_inside_one_long_instruction(op):
+    """16383 x 16383 x 64 uop iterations would run for many minutes; the run stops at its bound."""
+    rng = np.random.default_rng(3)
+    dev, loads, _, _, _ = loaded_device(rng)
+    isa = dev.config.isa
+    n = (1 << 14) - 1
+    if op == "gemm":
+        insn = isa.gemm.encode(opcode=Opcode.GEMM, uop_end=1, iter_out=n, iter_in=n)
+    else:
+        insn = isa.alu.encode(opcode=Opcode.ALU, uop_end=1, iter_out=n, iter_in=n, alu_opcode=AluOp.MAX,
+                              use_imm=1, imm=5)
+    with pytest.raises(DeviceTimeout) as e:
+        run(dev, loads + [insn, isa.finish_insn()], timeout=0.3)
+    assert f"exceeded its 0.3 s bound (during instruction {len(loads)})" in str(e.value)
+    assert f"compute: at instruction {len(loads)} ({op.upper()}" in str(e.value)
+
+
+def random_gemm_program(dev, rng, nuops=24):
+    """Random SRAM contents and one GEMM with random uops and loop factors inside the buffers."""
+    cfg, isa = dev.config, dev.config.isa
+    dev.inp[:] = rng.integers(-128, 128, dev.inp.shape, dtype=np.int8)
+    dev.wgt[:] = rng.integers(-128, 128, dev.wgt.shape, dtype=np.int8)
+    dev.acc[:] = rng.integers(-(1 << 30), 1 << 30, dev.acc.shape, dtype=np.int32)
+    it_o, it_i = 5, 7
+    f = {k: int(rng.integers(0, 4)) for k in ("dst_factor_out", "dst_factor_in", "src_factor_out", "src_factor_in",
+                                              "wgt_factor_out", "wgt_factor_in")}
+    span = lambda a, b: (it_o - 1) * f[a] + (it_i - 1) * f[b]  # noqa: E731
+    uops = [(int(rng.integers(0, cfg.ACC_BUFF_DEPTH - span("dst_factor_out", "dst_factor_in"))),
+             int(rng.integers(0, cfg.INP_BUFF_DEPTH - span("src_factor_out", "src_factor_in"))),
+             int(rng.integers(0, cfg.WGT_BUFF_DEPTH - span("wgt_factor_out", "wgt_factor_in")))) for _ in range(nuops)]
+    dev.uop[:nuops, 0] = [isa.uop.encode(dst_idx=d, src_idx=s, wgt_idx=w) for d, s, w in uops]
+    gemm = isa.gemm.encode(opcode=Opcode.GEMM, uop_end=nuops, iter_out=it_o, iter_in=it_i, **f)
+    return [gemm, isa.finish_insn()], uops, it_o, it_i, f
+
+
+def test_fast_gemm_kernel_equals_the_plain_loop_and_numpy():
+    fast, plain = FsimDevice(), FsimDevice()
+    if not fast.engine.has_fast_gemm:
+        pytest.skip("no AVX2 kernel on this machine or config")
+    plain.engine.use_generic_gemm(True)
+    cfg = fast.config
+    for seed in range(4):
+        results = []
+        for dev in (fast, plain):
+            words, uops, it_o, it_i, f = random_gemm_program(dev, np.random.default_rng(seed))
+            acc0 = dev.acc.astype(np.int64)
+            inp = dev.inp.reshape(-1, cfg.BATCH, cfg.BLOCK_IN).astype(np.int64)
+            wgt = dev.wgt.reshape(-1, cfg.BLOCK_OUT, cfg.BLOCK_IN).astype(np.int64)
+            run(dev, words)
+            results.append((dev.acc.copy(), dev.out.copy()))
+        want = acc0.reshape(-1, cfg.BATCH, cfg.BLOCK_OUT)   # numpy, in the hardware's loop order
+        touched = set()
+        for o in range(it_o):
+            for i in range(it_i):
+                for d, s, w in uops:
+                    d2 = d + o * f["dst_factor_out"] + i * f["dst_factor_in"]
+                    s2 = s + o * f["src_factor_out"] + i * f["src_factor_in"]
+                    w2 = w + o * f["wgt_factor_out"] + i * f["wgt_factor_in"]
+                    want[d2] += inp[s2] @ wgt[w2].T
+                    touched.add(d2)
+        want = wrap32(want.reshape(acc0.shape))
+        assert np.array_equal(results[0][0], want) and np.array_equal(results[1][0], want)
+        assert np.array_equal(results[0][1], results[1][1])
+        rows = sorted(touched)
+        assert np.array_equal(results[0][1][rows], want[rows].astype(np.int8))
+
+
+def test_engine_checks_agree_with_diagnose():
+    """Random instructions, legal and not: the engine refuses exactly those that diagnose refuses."""
+    cfg = load_config()
+    dev = FsimDevice(cfg)
+    isa = cfg.isa
+    bufs = [dev.alloc(n) for n in (4096, 3 * 4096 + 100, 64)]
+    rng = np.random.default_rng(4)
+    verdicts = {True: 0, False: 0}
+    fmts = [isa.mem, isa.gemm, isa.alu]
+    for _ in range(3000):
+        fmt = fmts[rng.integers(0, 3)]
+        vals = {}
+        for f in fmt:
+            hi = f.max if rng.random() < 0.2 else min(f.max, 8 if f.width > 3 else f.max)
+            vals[f.name] = int(rng.integers(max(f.min, 0), hi + 1))
+        if fmt is isa.mem and rng.random() < 0.7:   # aim DMAs at allocations, sometimes past their end
+            buf = bufs[rng.integers(0, len(bufs))]
+            eb = {MemType.UOP: 4, MemType.WGT: cfg.WGT_ELEM_BYTES, MemType.INP: cfg.INP_ELEM_BYTES,
+                  MemType.ACC: cfg.ACC_ELEM_BYTES, MemType.OUT: cfg.OUT_ELEM_BYTES}.get(vals["memory_type"], 1)
+            vals["dram_base"] = buf // eb + int(rng.integers(0, 64))
+        if fmt is not isa.mem:
+            vals["opcode"] = Opcode.GEMM if fmt is isa.gemm else Opcode.ALU
+        words = np.array([[w & (2**64 - 1), w >> 64] for w in (fmt.encode(vals), isa.finish_insn())], np.uint64)
+        if rng.random() < 0.05:
+            words = words[:1]                   # no FINISH
+        engine_ok = dev.engine.check(words, dev.dram.pages.allocations()) < 0
+        try:
+            check_stream(cfg, Program(isa, words), dev.dram)
+            python_ok = True
+        except ProgramError:
+            python_ok = False
+        assert engine_ok == python_ok, (fmt.name, vals, len(words))
+        verdicts[python_ok] += 1
+    assert min(verdicts.values()) > 300, verdicts   # both outcomes well represented

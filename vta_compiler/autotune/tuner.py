@@ -1,0 +1,369 @@
+"""``tune``: measured schedule search, spread over every measurement server at once.
+
+For each task the candidates are the space's tilings that fit, ranked by the schedule's cost model
+(the model's own choice first, so the first measurement is what a build would use without records
+and the tuned result can only be as fast or faster). The first few trials follow that ranking; then
+the picks alternate between the model's ranking, a ridge regression of log(cycles) on the candidate's
+features fitted to the measurements so far (the model's estimate, log2 of every tile size and thread
+count, one-hot of the other knobs), and the neighbours of the best so far (one knob changed); the
+last two choose among the cost model's best tenth (at least 64), where a regression fitted to a few
+points can be trusted. Several
+candidates are in flight at a time, one per free server; a task whose remaining trials are all in
+flight lets the next task start, so no server waits for the slowest measurement of a task.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..environment import Environment, get_env
+from .measure import Builder, MeasureResult, TsimMeasure
+from .records import History, Record, append_record, config_hash, read_records
+from .space import Knob, LayerData
+from .task import Task
+
+#: trials that follow the cost model's ranking before the learned model joins in
+WARMUP = 4
+RIDGE = 1.0
+#: the learned model picks among the cost model's best candidates: this fraction of them, at least TOP_MIN
+TOP_FRACTION = 0.1
+TOP_MIN = 64
+
+
+@dataclass
+class TaskState:
+    task: Task
+    index: int
+    budget: int
+    candidates: list
+    knobs: list[Knob]
+    records: list[Record] = field(default_factory=list)     # this configuration's records of the task
+    inflight: set = field(default_factory=set)
+    proposed: int = 0
+    data: LayerData | None = None
+    features: np.ndarray | None = None
+    started: float = 0.0
+    finished: bool = False
+    since_best: int = 0
+
+    def __post_init__(self):
+        self.keys = [_knobs_key(self.task.space.knob_values(t)) for t in self.candidates]
+        self.index_of = {k: i for i, k in enumerate(self.keys)}
+        self.lock = threading.Lock()
+        self.trial_of: dict[int, int] = {}        # candidate in flight -> its trial number (proposal order)
+        self.next_trial = 0
+
+    @property
+    def measured(self) -> set[str]:
+        return {r.knobs_key for r in self.records}
+
+    def best(self) -> Record | None:
+        ok = [r for r in self.records if r.ok]
+        return min(ok, key=lambda r: r.cycles) if ok else None
+
+    def remaining(self) -> int:
+        return min(self.budget, len(self.candidates)) - len(self.records) - len(self.inflight)
+
+
+def _knobs_key(knobs: dict) -> str:
+    import json
+    return json.dumps(knobs, sort_keys=True)
+
+
+class Search:
+    """Chooses the next candidate of each task (see the module docstring)."""
+
+    def __init__(self, env: Environment, seed: int = 0):
+        self.env = env
+        self.rng = np.random.default_rng(seed)
+
+    def _features(self, st: TaskState) -> np.ndarray:
+        if st.features is None:
+            sp, w = st.task.space, st.task.workload
+            f = np.array([sp.features(w, t, self.env, st.knobs) for t in st.candidates], dtype=np.float64)
+            mu, sd = f.mean(axis=0), f.std(axis=0)
+            sd[sd == 0] = 1.0
+            st.features = np.hstack([np.ones((len(f), 1)), (f - mu) / sd])
+        return st.features
+
+    def _predict(self, st: TaskState) -> np.ndarray | None:
+        ok = [r for r in st.records if r.ok and r.knobs_key in st.index_of]
+        if len(ok) < 3:
+            return None
+        x = self._features(st)
+        rows = [st.index_of[r.knobs_key] for r in ok]
+        a, y = x[rows], np.log([float(r.cycles) for r in ok])
+        reg = RIDGE * np.eye(a.shape[1])
+        reg[0, 0] = 0.0                          # the intercept is not shrunk
+        w = np.linalg.solve(a.T @ a + reg, a.T @ y)
+        return x @ w
+
+    def propose(self, st: TaskState) -> int | None:
+        taken = st.measured | {st.keys[i] for i in st.inflight}
+        pool = [i for i, k in enumerate(st.keys) if k not in taken]
+        if not pool or st.remaining() <= 0:
+            return None
+        k = st.proposed
+        st.proposed += 1
+        n_ok = sum(1 for r in st.records if r.ok)
+        if n_ok < min(WARMUP, st.budget) or k % 3 == 0:
+            return pool[0]                                   # the cost model's ranking
+        pred = self._predict(st)
+        if pred is None:
+            return pool[0]
+        # the learned model only re-ranks the cost model's better candidates: with a few measurements it
+        # extrapolates badly far from them
+        top = [i for i in pool if i < max(TOP_MIN, len(st.candidates) * TOP_FRACTION)] or pool[:TOP_MIN]
+        if k % 3 == 2:                                       # a neighbour of the best so far
+            best = st.best()
+            if best is not None and best.knobs_key in st.index_of:
+                b = st.candidates[st.index_of[best.knobs_key]]
+                names = [kn.name for kn in st.knobs]
+                near = [i for i in top if sum(getattr(st.candidates[i], n) != getattr(b, n) for n in names) == 1]
+                if near:
+                    return min(near, key=lambda i: pred[i])
+        return min(top, key=lambda i: pred[i])
+
+
+# ------------------------------------------------------------------------------------------------ progress
+class Progress:
+    """One bar per task with the best so far; redrawn in place on a terminal, a line per event otherwise."""
+
+    def __init__(self, states: list[TaskState], peak: int, stream=None, enabled: bool = True):
+        self.states, self.peak = states, peak
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.width = max([len(s.task.label) for s in states] + [4])
+        self.t0 = time.perf_counter()
+        self._live = False
+        self.lock = threading.Lock()
+
+    def line(self, st: TaskState) -> str:
+        n, total = len(st.records), min(st.budget, len(st.candidates))
+        fill = int(20 * n / max(total, 1))
+        best = st.best()
+        errs = sum(1 for r in st.records if not r.ok)
+        if best is not None:
+            macs = st.data.macs if st.data is not None else None
+            eff = f" ({macs / best.cycles / self.peak:.2f} of peak)" if macs else ""
+            b = f"best {best.cycles:>10,} cycles{eff}"
+        else:
+            b = "best          -"
+        return (f"{st.task.label:<{self.width}} [{'#' * fill}{'-' * (20 - fill)}] {n:>3}/{total:<3} {b}"
+                + (f"  {errs} error{'s' * (errs != 1)}" if errs else ""))
+
+    def _clear(self):
+        if self._live:
+            self.stream.write("\r\x1b[K")
+            self._live = False
+
+    def update(self, st: TaskState, improved: bool) -> None:
+        if not self.enabled:
+            return
+        with self.lock:
+            if self.tty:
+                self._clear()
+                active = [s for s in self.states if not s.finished and (s.records or s.inflight)]
+                text = " | ".join(self.line(s) for s in active[:1])
+                self.stream.write(text[:200])
+                self._live = True
+            elif improved:
+                self.stream.write(self.line(st) + "\n")
+            self.stream.flush()
+
+    def done(self, st: TaskState) -> None:
+        if not self.enabled:
+            return
+        with self.lock:
+            self._clear()
+            self.stream.write(self.line(st) + f"  [{time.perf_counter() - self.t0:.0f} s]\n")
+            self.stream.flush()
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            with self.lock:
+                self._clear()
+                self.stream.write(text + "\n")
+                self.stream.flush()
+
+
+# ------------------------------------------------------------------------------------------------ tune
+@dataclass
+class TuneResult:
+    tasks: list[Task]
+    best: list[Record | None]
+    records: list[list[Record]]          # per task, in trial order (resumed ones first)
+    measured: int                        # new measurements made by this call
+    seconds: float                       # the whole call, servers' start-up included
+    measure_seconds: float               # from the first candidate to the last result
+    device: str
+    config: str
+
+
+def tune(tasks: list[Task], log: str | os.PathLike[str], measure=None, trials: int = 32,
+         early_stopping: int | None = None, n_builders: int | None = None, build_timeout: float = 300.0,
+         env: Environment | None = None, seed: int = 0, progress: bool = True, stream=None) -> TuneResult:
+    """Tune every task: measure up to ``trials`` candidates each (records already in ``log`` for this hardware
+    configuration count and are not measured again), append one JSON line per measurement to ``log``.
+
+    ``measure``: ``TsimMeasure()`` (default: one tsim server on this machine) or ``RPCMeasure(tracker=(host,
+    port), key=...)``. ``early_stopping``: end a task after this many trials without a better one.
+    ``n_builders``: builder processes (default: one per measurement in flight).
+    """
+    env = env or get_env()
+    measure = measure if measure is not None else TsimMeasure()
+    tasks = list(tasks)
+    t_start = time.perf_counter()
+    menv = measure.start(env)
+    try:
+        res = _tune(tasks, str(log), measure, menv, trials, early_stopping, n_builders, build_timeout, seed,
+                    progress, stream)
+        res.seconds = time.perf_counter() - t_start
+        return res
+    finally:
+        measure.close()
+
+
+def _tune(tasks, log, measure, menv, trials, early_stopping, n_builders, build_timeout, seed, progress,
+          stream) -> TuneResult:
+    t_start = time.perf_counter()
+    cfg_hash = config_hash(menv.config)
+    old, report = read_records(log)
+    hist = History(old, cfg_hash, log)
+    search = Search(menv, seed)
+    states = []
+    for i, task in enumerate(tasks):
+        sp = task.space
+        cands = sp.candidates(task.workload, menv, task.acc_operands)
+        st = TaskState(task, i, trials, cands, sp.knobs(task.workload, menv))
+        st.records = list(hist.records(task))
+        st.next_trial = 1 + max([r.trial for r in st.records if r.trial is not None], default=len(st.records) - 1)
+        best = st.best()
+        if best is not None:                       # resumed: trials since the best count for early stopping
+            st.since_best = len(st.records) - 1 - max(k for k, r in enumerate(st.records) if r is best)
+        states.append(st)
+    peak = menv.BATCH * menv.BLOCK_IN * menv.BLOCK_OUT
+    prog = Progress(states, peak, stream, progress)
+    other = report.records - len(hist)
+    prog.note(f"tuning {len(tasks)} task(s) on {measure.device} x{measure.n_parallel} ({menv.MODEL}, hardware "
+              f"config {cfg_hash}); log {log}: {len(hist)} record(s) resumed"
+              + (f", {other} of other configurations ignored" if other else "")
+              + (f", {report.skipped} unreadable line(s) skipped" if report.skipped else ""))
+
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    measured = [0]
+    stop = threading.Event()
+
+    def finish_if_done(st: TaskState) -> None:
+        if st.finished or st.inflight:
+            return
+        exhausted = st.remaining() <= 0 or len(st.measured) >= len(st.candidates)
+        stale = early_stopping is not None and st.since_best >= early_stopping
+        if exhausted or stale:
+            st.finished = True
+            prog.done(st)
+
+    def next_job():
+        with lock:
+            for st in states:
+                if st.finished:
+                    continue
+                if st.data is None and st.remaining() > 0:
+                    return st, None                         # its data first (outside the lock)
+                i = search.propose(st) if not (early_stopping is not None and st.since_best >= early_stopping) \
+                    else None
+                if i is not None:
+                    st.inflight.add(i)
+                    st.trial_of[i] = st.next_trial
+                    st.next_trial += 1
+                    if not st.started:
+                        st.started = time.perf_counter()
+                    return st, i
+                finish_if_done(st)
+            return None, None
+
+    builder = Builder(n_builders or measure.n_parallel, build_timeout,
+                      tempfile.mkdtemp(prefix="vta_tune_build_"))
+
+    def slot():
+        try:
+            while not stop.is_set():
+                st, i = next_job()
+                if st is None:
+                    with lock:
+                        if all(s.finished for s in states):
+                            return
+                    time.sleep(0.2)
+                    continue
+                if i is None:
+                    with st.lock:
+                        if st.data is None:
+                            st.data = st.task.space.data(st.task.workload, menv, st.task.acc_operands, seed)
+                    continue
+                t = st.candidates[i]
+                knobs = st.task.space.knob_values(t)
+                path, err, build_s = builder.build(st.task, knobs, menv.config, st.data.shift)
+                if err is None:
+                    res = measure.run(path, st.data, st.task.space.unpack, menv)
+                    res.build_s = build_s
+                    try:
+                        os.remove(path)
+                    except OSError:
+                        pass
+                else:
+                    res = MeasureResult(None, err, build_s=build_s)
+                rec = Record(st.task, knobs, res.cycles, res.error, cfg_hash, menv.MODEL, measure.device,
+                             st.task.space.estimate(st.task.workload, t, menv), res.stats, res.build_s, res.run_s,
+                             server=res.server, trial=st.trial_of.pop(i))
+                with lock:
+                    append_record(log, rec)
+                    prev = st.best()
+                    st.records.append(rec)
+                    st.inflight.discard(i)
+                    measured[0] += 1
+                    improved = rec.ok and (prev is None or rec.cycles < prev.cycles)
+                    st.since_best = 0 if improved else st.since_best + 1
+                    prog.update(st, improved)
+                    finish_if_done(st)
+        except BaseException as exc:      # noqa: BLE001 (re-raised by tune)
+            errors.append(exc)
+            stop.set()
+
+    n_slots = measure.n_parallel + (n_builders or measure.n_parallel)
+    threads = [threading.Thread(target=slot, name=f"vta-tune-{k}", daemon=True) for k in range(n_slots)]
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            while th.is_alive():
+                th.join(0.5)
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    finally:
+        builder.close()
+    if errors:
+        raise errors[0]
+    for st in states:
+        if not st.finished:
+            st.finished = True
+            prog.done(st)
+    elapsed = time.perf_counter() - t_start
+    prog.note(f"tuned {len(tasks)} task(s): {measured[0]} measurement(s) in {elapsed:.0f} s")
+    return TuneResult(tasks, [st.best() for st in states], [st.records for st in states], measured[0], elapsed,
+                      elapsed, measure.device, cfg_hash)
+
+
+def efficiency(record: Record, macs: int, env: Environment) -> float:
+    """MACs per cycle over the peak (BATCH x BLOCK_IN x BLOCK_OUT)."""
+    return macs / record.cycles / (env.BATCH * env.BLOCK_IN * env.BLOCK_OUT) if record.cycles else math.nan
