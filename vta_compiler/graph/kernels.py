@@ -81,9 +81,10 @@ class KernelCache:
         name = f"vta_{label}_{desc}_{len(self.kernels)}"
         prim = sch.mod["main"].with_attr("global_symbol", name).with_attr("target", env.target)
         prim = prim.with_attr("vta.workload", str(key.workload)).with_attr(KERNEL_ATTR, 1)
-        wkl = dataclasses.asdict(key.workload) if key.kind == "conv2d" else \
-            dict(zip(("batch", "in_features", "out_features"), (int(x) for x in key.workload)))
-        prim = prim.with_attr(TASK_ATTR, json.dumps({"kind": key.kind, "workload": wkl, "acc_operands": ops}))
+        if key.kind in ("conv2d", "dense"):       # the kinds with a tuning space (vta_compiler.autotune)
+            wkl = dataclasses.asdict(key.workload) if key.kind == "conv2d" else \
+                dict(zip(("batch", "in_features", "out_features"), (int(x) for x in key.workload)))
+            prim = prim.with_attr(TASK_ATTR, json.dumps({"kind": key.kind, "workload": wkl, "acc_operands": ops}))
         gv = self.bb.add_func(prim, name)
         return gv, tiling
 
