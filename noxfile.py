@@ -37,7 +37,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def docs(session: nox.Session) -> None:
     """The documentation site in build/docs/html, every tutorial run in full on fsim (and tsim where it
-    times something); then the home page and a tutorial in headless Chromium, screenshots in build/docs/."""
+    times something); then the home page and two tutorials in headless Chromium, screenshots in build/docs/."""
     _install(session, "test,docs")
     session.run("python", "docs/build.py", *session.posargs)
     session.run("python", "docs/screenshots.py")

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 PAGES = [
     ("index.html", "VTA in Python", "home.png"),
     ("tutorials_run/optimize/convolution_opt.html", "Optimized convolution", "tutorial_convolution.png"),
+    ("tutorials_run/optimize/tune_conv2d.html", "Tuning a convolution", "tutorial_tuning.png"),
 ]
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

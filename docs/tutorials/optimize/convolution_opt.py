@@ -87,14 +87,15 @@ def measure(label: str, tiling: Conv2DTiling) -> None:
 #    other's GEMMs (they share the input tile);
 # 3. two more over rows: four accumulator tiles in flight;
 # 4. weights loaded once per channel tile (``wgt_at="co"``) and two input chunks in flight
-#    (``ko_nthread=2``, the chunk loop pipelined);
+#    (``ko_nthread=2``, the chunk loop pipelined), chunks of one block (two chunks of two blocks,
+#    with their halo rows, would not fit the input buffer on the full-size layer);
 # 5. :func:`~vta_compiler.top.conv2d_tiling`'s choice, from a cost model of the same effects.
 
 ow = wkl.out_width
 measure("1. 4 blocks x 7 rows, one thread", Conv2DTiling(tile_co=4, tile_h=7, tile_w=ow, tile_ci=2))
 measure("2. + 2 virtual threads over channels", Conv2DTiling(4, 7, ow, 2, oc_nthread=2))
 measure("3. + 2 virtual threads over rows", Conv2DTiling(4, 14, ow, 2, oc_nthread=2, h_nthread=2))
-measure("4. weights once per tile, 2 chunks in flight", Conv2DTiling(4, 14, ow, 2, oc_nthread=2, h_nthread=2,
+measure("4. weights once per tile, 2 chunks in flight", Conv2DTiling(4, 14, ow, 1, oc_nthread=2, h_nthread=2,
                                                                      wgt_at="co", ko_nthread=2))
 best = conv2d_tiling(wkl)
 print(best)

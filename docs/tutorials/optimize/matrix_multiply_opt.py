@@ -171,7 +171,7 @@ measure("tiles 8x8, two virtual threads", matmul_schedule(tile_co=8, tile_ci=8, 
 # token from the load module (``l2g``) and push one back (``g2l``) when its buffers are free again.
 
 with vta.build_config(debug_flag=env.DEBUG_DUMP_INSN):
-    small = vta.build(matmul_schedule(tile_co=cob, tile_ci=cib // 2, vthreads=2))
+    small = vta.build(matmul_schedule(tile_co=min(cob, 32), tile_ci=min(cib // 2, 16), vthreads=2))
 import contextlib  # noqa: E402
 import io  # noqa: E402
 
