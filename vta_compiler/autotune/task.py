@@ -133,7 +133,8 @@ def extract_tasks(network, env: Environment | None = None, acc_operands: int = 1
 
     Returns:
         list[Task]: one per distinct workload and epilogue; layers that share one are one task
-        (``task.uses`` counts them).
+        (``task.uses`` counts them). Only operators with a tuning space are tasks (``conv2d`` and
+        ``dense``; group, depthwise and transposed convolutions keep their cost model's tiling).
 
     Raises:
         TypeError: an item is neither a known workload nor a ``Task`` (the message says which types
