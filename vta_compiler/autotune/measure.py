@@ -324,7 +324,7 @@ class TsimMeasure(RPCMeasure):
             the end of their logs).
 
     Example:
-        >>> autotune.tune(tasks, "c11.jsonl", autotune.TsimMeasure(n_parallel=2), trials=8)
+        >>> autotune.tune(tasks, "c10.jsonl", autotune.TsimMeasure(n_parallel=2), trials=8)
     """
 
     def __init__(self, n_parallel: int = 1, timeout: float = 300.0, host: str = "127.0.0.1",

@@ -142,9 +142,10 @@ def extract_tasks(network, env: Environment | None = None, acc_operands: int = 1
 
     Example:
         >>> from vta_compiler import autotune, graph
-        >>> pmod = graph.graph_pack(qmod)
-        >>> [t.label for t in autotune.extract_tasks(pmod)]
-        ['conv2d 1x56x56 64->64 k3 s1', ...]
+        >>> pmod = graph.graph_pack(qmod)                 # the digits classifier of graph.models
+        >>> [(t.label, t.describe()) for t in autotune.extract_tasks(pmod)]
+        [('conv2d_0', 'conv2d 8x8 3->16 3x1 s1 +shift[c]'), ('conv2d_1', 'conv2d 8x8 16->32 3x3 s2 +shift[c]'),
+         ('dense_0', 'dense 40x512->16 +shift[c]')]
     """
     env = env or get_env()
     import tvm
