@@ -14,7 +14,7 @@ from graph_helpers import inside_fractions, run_cpu, run_vta
 
 tvm = pytest.importorskip("tvm")
 
-from vta_compiler import graph  # noqa: E402
+from vta_compiler import autotune, graph  # noqa: E402
 from vta_compiler.graph.models import (  # noqa: E402
     dcgan_generator_onnx,
     imagenet_like,
@@ -51,6 +51,11 @@ def test_mobilenet_v1_on_fsim_equals_the_cpu_run(fsim):
     assert all(">>shift[c]" in r["op"] for r in depthwise), "per-channel weights need per-channel shifts"
     assert len(pl.vta_rows) == 28 and pl.vta_share >= 0.99
     assert layout_changes(pmod) == 2, "a layout change or copy sits between VTA layers"
+    # the tunable layers (conv2d, dense) are tasks; depthwise kernels keep their cost model's tiling
+    tasks = autotune.extract_tasks(pmod)
+    assert {t.kind for t in tasks} == {"conv2d", "dense"}
+    assert sum(t.uses for t in tasks) == 28 - 13
+    assert [t.key for t in autotune.extract_tasks(qmod)] == [t.key for t in tasks]
     want = run_cpu(qmod, x)[0]
     got = run_vta(graph.build(pmod), x)[0]
     np.testing.assert_array_equal(got, want)

@@ -109,11 +109,14 @@ def _from_quantized(mod, env: Environment) -> list[Task]:
     import numpy as np
 
     from ..graph.ir import Graph
+    from ..graph.kernels import TUNED_KINDS
     from ..graph.pack import match_layers, workload
     func = mod["main"]
     layers, _ = match_layers(func, Graph.from_relax(func), env)
     out = []
     for ly in layers:
+        if ly.kind not in TUNED_KINDS:
+            continue
         wkl = workload(ly, env)
         out.append(Task(ly.kind, tuple(int(x) for x in wkl) if ly.kind == "dense" else wkl,
                         1 + int(isinstance(ly.shift, np.ndarray)), ly.name))
