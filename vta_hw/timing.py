@@ -373,6 +373,8 @@ class TimingPath:
 
 @dataclass
 class TimingReport:
+    """What :func:`analyse` found: the worst path per class of (start, end), worst first, the number of
+    endpoints timed, and the block RAM and DSP outputs that feed logic before any register."""
     family: str
     paths: list               # worst first, one per class of (start, end)
     endpoints: int
@@ -422,7 +424,23 @@ def _top(mods: dict) -> str:
 
 
 def analyse(netlist: dict | str | Path, family: str, top: str | None = None, max_paths: int = 12) -> TimingReport:
-    """Worst paths of a flattened netlist (yosys ``write_json`` after ``synth_xilinx -flatten``)."""
+    """Worst paths of a flattened netlist (yosys ``write_json`` after ``synth_xilinx -flatten``).
+
+    Args:
+        netlist: the netlist as a dict, or the path of its JSON file.
+        family: ``"xc7"`` or ``"xcup"``, which delay model applies (``MODELS``).
+        top: the module to time (default: the netlist's top).
+        max_paths: how many classes of paths to keep.
+
+    Raises:
+        KeyError: an unknown family.
+
+    Example:
+        >>> from vta_hw import synth, timing
+        >>> synth.run_yosys(verilog, "xc7", out_dir, netlist=True)
+        >>> rep = timing.analyse(out_dir / "netlist_xc7.json", "xc7")
+        >>> print(timing.format_report(rep, period_ns=10.0))
+    """
     model = MODELS[family]
     if not isinstance(netlist, dict):
         netlist = json.loads(Path(netlist).read_text())
@@ -613,6 +631,8 @@ def _short_cell(name: str) -> str:
 
 
 def format_report(rep: TimingReport, period_ns: float, n: int = 5, detail: bool = True) -> str:
+    """The report as ``nox -s synth`` prints it: the worst logic against the budget of ``period_ns``, the
+    estimate with routing, the ``n`` worst paths and, with ``detail``, the worst path cell by cell."""
     if not rep.worst:
         return f"{rep.family}: no register-to-register paths"
     budget = budget_ns(period_ns)

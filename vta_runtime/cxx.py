@@ -30,6 +30,8 @@ class CxxBuildError(VTAError):
 
 
 def cache_dir() -> Path:
+    """Where compiled C++ parts are cached: ``$VTA_CACHE_DIR``, else the repository's ``build/`` when it is
+    writable, else ``~/.cache/vta-py``."""
     env = os.environ.get("VTA_CACHE_DIR")
     if env:
         return Path(env)

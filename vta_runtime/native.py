@@ -42,6 +42,8 @@ def _command_flags() -> list[str]:
 
 
 def library_path() -> Path:
+    """The core's shared library, compiling it first (about a minute, once) if the cache has no build for this
+    source, compiler and tvm_ffi version."""
     import tvm_ffi
     return cxx.build("vta_runtime", SOURCE, [*_command_flags(), f"-DVTA_TVM_FFI_VERSION={tvm_ffi.__version__}"],
                      "the VTA runtime's core")
@@ -63,6 +65,7 @@ def load() -> None:
 
 
 def loaded() -> bool:
+    """Whether this process has loaded the core."""
     return _lib is not None
 
 

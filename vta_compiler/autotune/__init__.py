@@ -1,13 +1,13 @@
 """Autotuning: measured schedule search on tsim and on boards, spread over TVM's RPC tracker.
 
-```python
-from vta_compiler import autotune
-tasks = autotune.extract_tasks(pmod)      # a packed or quantized network, {name: workload}, or a list
-autotune.tune(tasks, log="resnet18.json", measure=autotune.TsimMeasure(n_parallel=2), trials=32)
-autotune.tune(tasks, log="resnet18.json", measure=autotune.RPCMeasure(tracker=("127.0.0.1", 9190), key="tsim"))
-with autotune.apply_history_best("resnet18.json"):
-    mod = vta.build(...)                  # and graph.graph_pack / graph.build: each layer uses its best record
-```
+Example::
+
+    from vta_compiler import autotune
+    tasks = autotune.extract_tasks(pmod)      # a packed or quantized network, {name: workload}, or a list
+    autotune.tune(tasks, log="resnet18.json", measure=autotune.TsimMeasure(n_parallel=2), trials=32)
+    autotune.tune(tasks, log="resnet18.json", measure=autotune.RPCMeasure(tracker=("127.0.0.1", 9190), key="tsim"))
+    with autotune.apply_history_best("resnet18.json"):
+        mod = vta.build(...)                  # and graph.graph_pack / graph.build: each layer uses its best record
 
 * ``space``: every knob of a schedule, infeasible candidates filtered out, the rest ranked by the cost
   model; operators register their space by kind (``register_space``).

@@ -21,6 +21,7 @@ from .records import History, Record, config_hash, load_history, read_records
 
 #: the records shipped with the package (TopHub)
 DEFAULT_RECORDS_DIR = Path(__file__).resolve().parent / "records"
+#: set to ``0`` to make builds ignore the shipped records
 DEFAULT_RECORDS_ENV = "VTA_AUTOTUNE_DEFAULT_RECORDS"
 
 _serial = itertools.count(1)
@@ -30,6 +31,7 @@ _default: tuple[tuple, dict[str, History]] | None = None
 
 
 def default_record_files() -> list[Path]:
+    """The record files shipped with the package (``vta_compiler/autotune/records/*.jsonl``)."""
     return sorted(DEFAULT_RECORDS_DIR.glob("*.jsonl"))
 
 
@@ -103,12 +105,26 @@ def _push(hist: History | None):
 
 
 def apply_history_best(records, env=None):
-    """``with apply_history_best("resnet18.json"):`` builds inside use the best record of each workload.
+    """``with apply_history_best("resnet18.jsonl"):`` builds inside use the best record of each workload.
 
-    ``records``: a log path, a list of paths, a ``History`` or a list of ``Record``. Only records measured on
-    the current hardware configuration are used; a log whose every record was measured on another one is
-    refused with a ``RecordsError`` naming both. Workloads without a record fall back to the shipped
-    records, then to the cost model.
+    Inside the ``with`` block, :func:`vta_compiler.top.conv2d_tiling` and ``dense_tiling`` (hence
+    ``schedule_conv2d_packed``, ``graph.graph_pack`` and ``graph.build``) take the fastest correct tiling
+    recorded for the layer's workload. Workloads without a record fall back to the shipped records
+    (``vta_compiler/autotune/records/``), then to the cost model. Contexts nest; the innermost wins.
+
+    Args:
+        records: a log path, a list of paths, a ``History`` or a list of ``Record``.
+        env: whose hardware configuration selects the records (default: :func:`vta_compiler.get_env`).
+            Only records measured on the same hardware parameters are used (sim, tsim and a board of
+            the same parameters share them).
+
+    Raises:
+        RecordsError: a log has records but every one of them was measured on another hardware
+            configuration; the message names both configuration hashes.
+
+    Example:
+        >>> with autotune.apply_history_best("resnet18.jsonl"):
+        ...     mod = vta.build(schedule_conv2d_packed(func, wkl=RESNET18["C5"]))
     """
     from ..environment import get_env
     env = env or get_env()
@@ -130,5 +146,10 @@ def apply_history_best(records, env=None):
 
 
 def cost_model_only():
-    """``with cost_model_only():`` builds inside ignore every record (the cost model alone picks tilings)."""
+    """``with cost_model_only():`` builds inside ignore every record (the cost model alone picks tilings).
+
+    Example:
+        >>> with autotune.cost_model_only():
+        ...     untuned = conv2d_tiling(env, RESNET18["C5"])
+    """
     return _push(None)

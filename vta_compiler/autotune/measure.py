@@ -49,6 +49,7 @@ class MeasureError(RuntimeError):
 
 @dataclass
 class MeasureResult:
+    """One run on a server: cycles (None on failure), the error if any, the device counters kept."""
     cycles: int | None
     error: str | None
     stats: dict = field(default_factory=dict)
@@ -182,11 +183,32 @@ def check_output(got: np.ndarray, expected: np.ndarray) -> str | None:
 class RPCMeasure:
     """Measure on the servers a TVM RPC tracker holds under ``key`` (tsim servers or boards).
 
-    ``n_parallel``: measurements in flight (default: the servers registered under the key). ``timeout``:
-    seconds one run may take (the session's limit). ``module_loader(remote, env)`` runs before each
-    measurement (default: ``reconfig_runtime`` and ``program_fpga``). ``request_timeout``: how long to wait
-    for a free server (default: 3 x ``timeout``, at least 10 minutes); past it tuning stops with a
-    ``MeasureError``. ``wait_for_servers``: seconds to wait at the start for ``n_parallel`` servers.
+    Each measurement takes a session from the tracker, runs ``module_loader(remote, env)``, uploads the
+    candidate (exported here as a ``.tar`` that the server links), runs it once on random data and
+    reads the device's ``cycle_count``. Start the servers with
+    ``python -m vta_compiler.exec.rpc_server --tracker HOST:PORT --key KEY`` (TARGET tsim or a board).
+
+    Args:
+        tracker: the tracker's ``(host, port)``.
+        key: the key the servers registered under.
+        n_parallel: measurements in flight (default: the servers registered under the key).
+        timeout: seconds one run may take (the session's limit, enforced by the server).
+        priority: the tracker's request priority.
+        module_loader: ``module_loader(remote, env)`` runs before each measurement (default:
+            ``reconfig_runtime`` and ``program_fpga``; a board that already holds the bitstream is not
+            programmed again).
+        wait_for_servers: seconds to wait at the start for ``n_parallel`` servers.
+        request_timeout: how long to wait for a free server (default: 3 x ``timeout``, at least 10
+            minutes).
+
+    Raises:
+        MeasureError: (from :func:`tune`) the tracker cannot be reached, no server is registered under
+            ``key`` (the message says how to start one), the servers run TARGET ``sim``, or no server
+            gave a session within ``request_timeout``.
+
+    Example:
+        >>> measure = autotune.RPCMeasure(tracker=("10.0.0.2", 9190), key="pynq", timeout=60)
+        >>> autotune.tune(tasks, "pynq.jsonl", measure, trials=32)
     """
 
     def __init__(self, tracker: tuple[str, int] = ("127.0.0.1", 9190), key: str = "tsim",
@@ -286,7 +308,24 @@ class RPCMeasure:
 
 class TsimMeasure(RPCMeasure):
     """Measure on tsim on this machine: starts ``n_parallel`` tsim RPC servers on loopback behind a tracker of
-    its own (so a crash or a hang takes only a server's session), and stops them when tuning ends."""
+    its own (so a crash or a hang takes only a server's session), and stops them when tuning ends.
+
+    The servers run the tuned configuration with TARGET ``tsim``; the Verilated core is built once, here,
+    before they start (Verilator is needed: ``sim.tsim.verilator_available()``).
+
+    Args:
+        n_parallel: tsim servers, hence measurements in flight (each takes one core).
+        timeout: seconds one run may take.
+        host: the loopback address to listen on.
+        module_loader: as for :class:`RPCMeasure`.
+
+    Raises:
+        MeasureError: (from :func:`tune`) the servers did not start within 5 minutes (the message has
+            the end of their logs).
+
+    Example:
+        >>> autotune.tune(tasks, "c10.jsonl", autotune.TsimMeasure(n_parallel=2), trials=8)
+    """
 
     def __init__(self, n_parallel: int = 1, timeout: float = 300.0, host: str = "127.0.0.1",
                  module_loader=default_module_loader):

@@ -44,6 +44,9 @@ def config_hash(config) -> str:
 
 @dataclass
 class Record:
+    """One measurement, one JSON line of a log: the task, the knobs (the tiling), the device's cycles or
+    the error that disqualified the candidate, the hardware configuration's hash, the cost model's
+    estimate, the device counters of the run, and where and when it was measured."""
     task: Task
     knobs: dict
     cycles: int | None

@@ -34,6 +34,7 @@ CHUNKS_IN_FLIGHT = (1, 2)
 
 @dataclass(frozen=True)
 class Knob:
+    """One knob of a schedule and the values it may take."""
     name: str
     values: tuple
 

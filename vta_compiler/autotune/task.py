@@ -126,11 +126,29 @@ def _from_quantized(mod, env: Environment) -> list[Task]:
 def extract_tasks(network, env: Environment | None = None, acc_operands: int = 1) -> list[Task]:
     """The distinct workloads to tune, in order of first use.
 
-    ``network``: a packed network (``graph.graph_pack``), a quantized one (``graph.quantize``), a dict
-    ``{name: workload}`` (``vta.top.RESNET18``), or a list of workloads (``Conv2DWorkload``, ``(batch,
-    in_features, out_features)`` for dense) or ``Task`` objects. For workloads given directly,
-    ``acc_operands`` says what their epilogue keeps in ACC (1: a bias; 2: a bias and a per-channel
-    shift); a network says it itself. Layers that share a workload are one task (``task.uses``).
+    Args:
+        network: a packed network (``graph.graph_pack``), a quantized one (``graph.quantize``; its layers
+            that VTA would run), a dict ``{name: workload}`` (``vta.top.RESNET18``), or a list of workloads
+            (``Conv2DWorkload``, ``(batch, in_features, out_features)`` for dense) or ``Task`` objects.
+        env: the environment whose tilings are searched (default: :func:`vta_compiler.get_env`).
+        acc_operands: for workloads given directly, what their epilogue keeps in ACC (1: a bias; 2: a
+            bias and a per-channel shift); a network says it itself.
+
+    Returns:
+        list[Task]: one per distinct workload and epilogue; layers that share one are one task
+        (``task.uses`` counts them). Only operators with a tuning space are tasks (``conv2d`` and
+        ``dense``; group, depthwise and transposed convolutions keep their cost model's tiling).
+
+    Raises:
+        TypeError: an item is neither a known workload nor a ``Task`` (the message says which types
+            are accepted).
+
+    Example:
+        >>> from vta_compiler import autotune, graph
+        >>> pmod = graph.graph_pack(qmod)                 # the digits classifier of graph.models
+        >>> [(t.label, t.describe()) for t in autotune.extract_tasks(pmod)]
+        [('conv2d_0', 'conv2d 8x8 3->16 3x1 s1 +shift[c]'), ('conv2d_1', 'conv2d 8x8 16->32 3x3 s2 +shift[c]'),
+         ('dense_0', 'dense 40x512->16 +shift[c]')]
     """
     env = env or get_env()
     import tvm

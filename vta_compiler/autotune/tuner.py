@@ -199,6 +199,9 @@ class Progress:
 # ------------------------------------------------------------------------------------------------ tune
 @dataclass
 class TuneResult:
+    """What :func:`tune` did: per task (in the order given) its best correct record (None if none ran
+    correctly) and every record in trial order, the measurements this call made, its wall time, the device
+    measured on and the hardware configuration's hash."""
     tasks: list[Task]
     best: list[Record | None]
     records: list[list[Record]]          # per task, in trial order (resumed ones first)
@@ -215,9 +218,41 @@ def tune(tasks: list[Task], log: str | os.PathLike[str], measure=None, trials: i
     """Tune every task: measure up to ``trials`` candidates each (records already in ``log`` for this hardware
     configuration count and are not measured again), append one JSON line per measurement to ``log``.
 
-    ``measure``: ``TsimMeasure()`` (default: one tsim server on this machine) or ``RPCMeasure(tracker=(host,
-    port), key=...)``. ``early_stopping``: end a task after this many trials without a better one.
-    ``n_builders``: builder processes (default: one per measurement in flight).
+    The first candidate of a task is the cost model's own choice (what a build uses without records), so the
+    best record is never slower than an untuned build; the next ones alternate between the cost model's
+    ranking, a regression fitted to the measurements so far and the neighbours of the best. Every
+    candidate is built here, run once on a server and its output compared with numpy: a wrong result, a
+    build failure or a run past its time limit is recorded with the reason and never chosen.
+
+    Args:
+        tasks: from :func:`extract_tasks`.
+        log: the JSON-lines file to append to (created if missing); a log is resumed.
+        measure: ``TsimMeasure()`` (default: one tsim server on this machine) or ``RPCMeasure(tracker=(host,
+            port), key=...)``.
+        trials: candidates per task, resumed records included.
+        early_stopping: end a task after this many trials without a better one.
+        n_builders: builder processes (default: one per measurement in flight).
+        build_timeout: seconds a candidate's build may take (a hang is killed).
+        env: the environment to tune for (default: :func:`vta_compiler.get_env`); the servers' TARGET
+            replaces its own.
+        seed: the search's random seed.
+        progress: one progress bar per task on ``stream`` (default: stderr).
+
+    Returns:
+        TuneResult: per task its best record (None if no candidate ran correctly) and every record.
+
+    Raises:
+        MeasureError: the tracker cannot be reached, no server is registered under the key, the servers
+            run TARGET ``sim`` (fsim counts no cycles), the tsim servers did not start, or no server
+            gave a session within the measurer's ``request_timeout``.
+
+    Example:
+        >>> from vta_compiler import autotune
+        >>> from vta_compiler.top import RESNET18
+        >>> tasks = autotune.extract_tasks({"C10": RESNET18["C10"]})
+        >>> res = autotune.tune(tasks, "c10.jsonl", autotune.TsimMeasure(), trials=8)
+        >>> res.records[0][0].cycles, res.best[0].cycles     # the cost model's choice, the best (tsim cycles)
+        (45955, 40420)
     """
     env = env or get_env()
     measure = measure if measure is not None else TsimMeasure()
