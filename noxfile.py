@@ -61,6 +61,14 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def slow(session: nox.Session) -> None:
+    """The tests too slow for the default suite: whole board tops through yosys with the timing check, the
+    FST waveform build (about 30 minutes)."""
+    _install(session)
+    session.run("pytest", "-q", "-m", "slow", *session.posargs, env={"VTA_SLOW": "1"})
+
+
+@nox.session
 def tune(session: nox.Session) -> None:
     """Measured tuning of ResNet-18's layers on tsim servers (``-- --ship`` rewrites the shipped records)."""
     _install(session)

