@@ -329,5 +329,97 @@ class DenseSpace(Space):
         return P.unpack_nc(out)
 
 
+# ------------------------------------------------------------------------------------------------ group_conv2d
+def grouped_accumulators(x: np.ndarray, w: np.ndarray, bias: np.ndarray, groups: int, stride: tuple[int, int],
+                         pad: tuple[int, int]) -> np.ndarray:
+    """int8 NCHW x int8 (O, I/groups, KH, KW) + int32 bias -> int32 NCHW: each group a plain convolution of
+    its own input channels (the reference shares nothing with the packed kernel or its block-diagonal tiles)."""
+    from ..testing.reference import conv2d_accumulators
+    cin, cout = x.shape[1] // groups, w.shape[0] // groups
+    acc = np.concatenate([conv2d_accumulators(x[:, g * cin:(g + 1) * cin], w[g * cout:(g + 1) * cout], None, stride,
+                                              pad) for g in range(groups)], axis=1)
+    return (acc.astype(np.int64) + bias.reshape(1, -1, 1, 1)).astype(np.int32)
+
+
+class GroupConv2DSpace(Space):
+    """``schedule_group_conv2d_packed`` (group and depthwise convolutions): tiles over hardware groups, their
+    output channel blocks, rows, columns and input channel blocks, virtual threads over the tile's groups
+    (or channel blocks) and rows, where the weights load, input chunks in flight."""
+
+    def __init__(self):
+        from ..top import group_conv2d as G
+        self.G = G
+        self.tiling_type = G.GroupConv2DTiling
+
+    def workload_to_json(self, wkl) -> dict:
+        return dataclasses.asdict(wkl)
+
+    def workload_from_json(self, obj: dict):
+        return self.G.GroupConv2DWorkload(**obj)
+
+    def describe(self, w) -> str:
+        what = "depthwise" if w.is_depthwise else f"group_conv2d g{w.groups}"
+        return (f"{what} {w.height}x{w.width} {w.in_filter}->{w.out_filter} {w.hkernel}x{w.wkernel} "
+                f"s{w.hstride}" + (f"x{w.wstride}" if w.wstride != w.hstride else ""))
+
+    def knobs(self, wkl, env):
+        from ..top.common import divisors
+        hw = self.G._hw_groups(wkl, env)
+        return [Knob("tile_g", tuple(divisors(hw.groups))), Knob("tile_co", tuple(divisors(hw.cob_g))),
+                Knob("tile_h", tuple(divisors(wkl.out_height))), Knob("tile_w", tuple(divisors(wkl.out_width))),
+                Knob("tile_ci", tuple(divisors(hw.cib_g))), Knob("oc_nthread", THREADS),
+                Knob("h_nthread", THREADS), Knob("wgt_at", ("ko", "co")), Knob("ko_nthread", CHUNKS_IN_FLIGHT)]
+
+    def valid(self, wkl, t, env):
+        hw = self.G._hw_groups(wkl, env)
+        return self.G._check_tiling(hw, t) is None and wkl.out_height % t.tile_h == 0 and \
+            wkl.out_width % t.tile_w == 0
+
+    def fits(self, wkl, t, env, acc_operands):
+        hw = self.G._hw_groups(wkl, env)
+        return self.G._fits(env, self.G._sizes(env, wkl, hw, t, acc_operands))
+
+    def estimate(self, wkl, t, env):
+        return self.G.estimate_cycles(env, wkl, self.G._hw_groups(wkl, env), t)
+
+    def model_choice(self, wkl, env, acc_operands):
+        return self.G.group_conv2d_tiling(wkl, env, acc_operands=acc_operands, tuned=False)
+
+    def data(self, wkl, env, acc_operands, seed=0):
+        from ..testing.reference import calibrated_shift, requantize
+        from ..top import packing as P
+        rng = np.random.default_rng(seed)
+        x = rng.integers(-128, 128, (wkl.batch, wkl.in_filter, wkl.height, wkl.width), dtype=np.int8)
+        w = rng.integers(-128, 128, (wkl.out_filter, wkl.in_per_group, wkl.hkernel, wkl.wkernel), dtype=np.int8)
+        b = rng.integers(-(1 << 14), 1 << 14, (wkl.out_filter,), dtype=np.int32)
+        acc = grouped_accumulators(x, w, b, wkl.groups, (wkl.hstride, wkl.wstride), (wkl.hpad, wkl.wpad))
+        shift = calibrated_shift(acc, (0, 127))
+        args = [P.pack_nchw(x, env.BATCH, env.BLOCK_IN),
+                self.G.pack_group_conv2d_kernel(w, wkl.groups, env.BLOCK_OUT, env.BLOCK_IN),
+                P.pack_bias_conv(b, wkl.batch, env.BATCH, env.BLOCK_OUT)]
+        if acc_operands >= 2:          # a per-channel shift (an ALU SHR with a register operand)
+            shifts = np.clip(shift + rng.integers(-1, 2, wkl.out_filter), 0, 31).astype(np.int32)
+            args.append(P.pack_bias_conv(shifts, wkl.batch, env.BATCH, env.BLOCK_OUT))
+            expected = np.clip(acc >> shifts.reshape(1, -1, 1, 1), 0, 127).astype(np.int8)
+            shift = None
+        else:
+            expected = requantize(acc, shift, (0, 127))
+        out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, wkl.out_height, wkl.out_width,
+                     env.BATCH, env.BLOCK_OUT)
+        # issued, not useful: a block-diagonal tile runs a whole block of input channels per output channel
+        macs = wkl.batch * wkl.out_filter * wkl.out_height * wkl.out_width * args[1].shape[1] * env.BLOCK_IN * \
+            wkl.hkernel * wkl.wkernel
+        return LayerData(args, out_shape, expected, shift, macs)
+
+    def layer(self, wkl, t, env, acc_operands, shift):
+        func = self.G.group_conv2d_layer(wkl, env, shift=shift or 0, bias=True, channel_shift=acc_operands >= 2)
+        return self.G.schedule_group_conv2d_packed(func, t, env=env)
+
+    def unpack(self, out):
+        from ..top import packing as P
+        return P.unpack_nchw(out)
+
+
 register_space("conv2d", Conv2DSpace())
 register_space("dense", DenseSpace())
+register_space("group_conv2d", GroupConv2DSpace())

@@ -27,7 +27,7 @@ KERNEL_ATTR = "vta.kernel"
 #: PrimFunc attribute with the kernel's tuning task as JSON (kind, workload, acc_operands; see vta_compiler.autotune)
 TASK_ATTR = "vta.task"
 #: operator kinds with a tuning space (vta_compiler.autotune); other kernels use their cost model's tiling
-TUNED_KINDS = ("conv2d", "dense")
+TUNED_KINDS = ("conv2d", "group_conv2d", "dense")
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,8 @@ class KernelCache:
         prim = sch.mod["main"].with_attr("global_symbol", name).with_attr("target", env.target)
         prim = prim.with_attr("vta.workload", str(key.workload)).with_attr(KERNEL_ATTR, 1)
         if key.kind in TUNED_KINDS:       # autotune.extract_tasks finds the tunable kernels by this attribute
-            wkl = dataclasses.asdict(key.workload) if key.kind == "conv2d" else \
-                dict(zip(("batch", "in_features", "out_features"), (int(x) for x in key.workload)))
+            wkl = dict(zip(("batch", "in_features", "out_features"), (int(x) for x in key.workload))) \
+                if key.kind == "dense" else dataclasses.asdict(key.workload)
             prim = prim.with_attr(TASK_ATTR, json.dumps({"kind": key.kind, "workload": wkl, "acc_operands": ops}))
         gv = self.bb.add_func(prim, name)
         return gv, tiling

@@ -19,7 +19,8 @@ channel blocks of a group: a tile holds ``tile_g`` groups x ``tile_co`` blocks o
 tile spans several groups it takes each group's input channels whole (``tile_ci`` = the group's
 input blocks), so the input and weight tiles stay contiguous. Virtual threads split the tile's
 groups (``tile_g > 1``: private input tiles) or its channel blocks (input tile shared), and/or its
-rows. ``group_conv2d_tiling`` picks the tiling with conv2d's cost model.
+rows. ``group_conv2d_tiling`` picks the tiling: a measured one (``vta_compiler.autotune`` records, kind
+"group_conv2d") if there is one, else conv2d's cost model.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..transform.uop import kernel_uop_budget
 from ..transform.vthread import PIPELINE
 from .common import attach_epilogue, chunk_cycles, divisors, epilogue, find_blocks, mock_names, pragma
 from .conv2d import TRAFFIC_WEIGHT
+from .tuned import tuned_tiling
 
 
 @dataclass(frozen=True)
@@ -376,11 +378,17 @@ def candidate_tilings(wkl: GroupConv2DWorkload, env: Environment | None = None, 
 
 
 def group_conv2d_tiling(wkl: GroupConv2DWorkload, env: Environment | None = None,
-                        acc_operands: int = 1) -> GroupConv2DTiling:
-    """The cheapest tiling (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget
+                        acc_operands: int = 1, tuned: bool = True) -> GroupConv2DTiling:
+    """The tiling of a workload: the best measured one (``vta_compiler.autotune`` records: the active
+    ``apply_history_best``, else the records shipped with the package) when ``tuned`` and there is one,
+    else the cheapest (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget
     (``acc_operands``: per-channel epilogue tensors in ACC, 1 for a bias, 2 for a bias and a shift)."""
     env = env or get_env()
     hw = _hw_groups(wkl, env)
+    if tuned:
+        best = tuned_tiling("group_conv2d", wkl, env, acc_operands)
+        if best is not None:
+            return best
     best = min(candidate_tilings(wkl, env, acc_operands), key=lambda t: estimate_cycles(env, wkl, hw, t),
                default=None)
     if best is None:
@@ -476,5 +484,5 @@ def schedule_depthwise_conv2d_packed(func, tiling: GroupConv2DTiling | None = No
 
 
 def depthwise_conv2d_tiling(wkl: GroupConv2DWorkload, env: Environment | None = None,
-                            acc_operands: int = 1) -> GroupConv2DTiling:
-    return group_conv2d_tiling(wkl, env, acc_operands)
+                            acc_operands: int = 1, tuned: bool = True) -> GroupConv2DTiling:
+    return group_conv2d_tiling(wkl, env, acc_operands, tuned)
