@@ -1,7 +1,7 @@
 """vta_compiler.autotune: search spaces, records, apply_history_best in single-layer and whole-network builds,
 and measured tuning on tsim through a TVM RPC tracker with two servers on loopback (a 4-candidate tuning
-of a small layer, resume from a partial log, refusal of a log from another configuration, a wrong
-result recorded and never chosen)."""
+of a small layer, a 3-candidate tuning of a small depthwise layer, resume from a partial log, refusal of a
+log from another configuration, a wrong result recorded and never chosen)."""
 
 from __future__ import annotations
 
@@ -23,10 +23,12 @@ from vta_compiler import autotune  # noqa: E402
 from vta_compiler.autotune.records import Record, append_record, config_hash, read_records  # noqa: E402
 from vta_compiler.testing.layers import run_conv2d  # noqa: E402
 from vta_compiler.top import RESNET18, Conv2DTiling, Conv2DWorkload, conv2d_tiling, dense_tiling  # noqa: E402
+from vta_compiler.top import group_conv2d as G  # noqa: E402
 from vta_compiler.top.conv2d import estimate_cycles, fits  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SMALL = Conv2DWorkload(1, 8, 8, 32, 32, 3, 3, 1, 1, 1, 1)
+SMALL_DW = G.depthwise_workload(1, 8, 8, 32, 3, 1, 1)          # two block-diagonal hardware groups
 
 
 def tsim_missing() -> str | None:
@@ -53,6 +55,33 @@ def test_space_filters_before_measuring_and_ranks_by_the_cost_model():
     assert costs == sorted(costs)
     d = autotune.get_space("dense")
     assert d.candidates((1, 512, 1008), env, 1)[0] == dense_tiling(1, 512, 1008, env, tuned=False)
+
+
+def test_group_space_filters_before_measuring_and_ranks_by_the_cost_model():
+    """group_conv2d covers depthwise (block-diagonal tiles) and whole-block groups with the same knobs."""
+    env = vta.get_env()
+    sp = autotune.get_space("group_conv2d")
+    for wkl in (G.MOBILENET_DEPTHWISE["DW3"], G.WIDE_GROUP["G1"]):
+        hw = G._hw_groups(wkl, env)
+        cands = sp.candidates(wkl, env, 2)
+        assert 0 < len(cands) < sp.size(wkl, env)
+        assert all(G._check_tiling(hw, t) is None and G._fits(env, G._sizes(env, wkl, hw, t, 2)) for t in cands)
+        assert cands[0] == G.group_conv2d_tiling(wkl, env, 2, tuned=False)
+        costs = [G.estimate_cycles(env, wkl, hw, t) for t in cands[1:]]
+        assert costs == sorted(costs)
+        # every knob of the schedule is searched, four virtual threads beyond the cost model's own search
+        assert {t.wgt_at for t in cands} == {"ko", "co"} and 4 in {t.oc_nthread for t in cands}
+        assert 4 in {t.h_nthread for t in cands} and len({t.tile_w for t in cands}) > 2
+    dw = G.MOBILENET_DEPTHWISE["DW3"]
+    whole = G.GroupConv2DTiling(8, 1, 56, 56, 1, 1, 1, "co", 1)        # 8 groups x 58x58 inputs: 4x the INP buffer
+    assert whole not in sp.candidates(dw, env, 1) and not G._fits(env, G._sizes(env, dw, G._hw_groups(dw, env), whole))
+    assert {t.tile_g for t in sp.candidates(G.WIDE_GROUP["G1"], env, 1)} >= {1, 2}
+    # the workload goes through JSON and back; a workload list makes group_conv2d tasks
+    task = autotune.Task("group_conv2d", G.WIDE_GROUP["G3"], 2, "G3")
+    assert autotune.Task.from_json(json.loads(json.dumps(task.to_json()))) == task
+    tasks = autotune.extract_tasks([SMALL_DW, SMALL, SMALL_DW])
+    assert [(t.kind, t.uses) for t in tasks] == [("group_conv2d", 2), ("conv2d", 1)]
+    assert tasks[0].describe() == "depthwise 8x8 32->32 3x3 s1"
 
 
 def test_a_new_operator_joins_by_registering_its_space():
@@ -96,6 +125,26 @@ def test_records_decide_tilings_in_single_layer_builds(tmp_path):
         # a layer with a per-channel shift uses it too when it still fits its ACC operands
         assert conv2d_tiling(SMALL, acc_operands=2) == other
     assert conv2d_tiling(SMALL) == model
+
+
+def test_records_decide_group_conv2d_tilings(tmp_path):
+    """group_conv2d_tiling (depthwise_conv2d_tiling, graph_pack's tiling_for) takes the fastest correct record."""
+    from vta_compiler.graph.pack import tiling_for
+    env = vta.get_env()
+    task = autotune.Task("group_conv2d", SMALL_DW)
+    cands = task.space.candidates(SMALL_DW, env, 1)
+    model, other, wrong = cands[0], cands[4], cands[6]
+    log = tmp_path / "dw.jsonl"
+    for t, cyc, err in ((model, 3000, None), (other, 2500, None), (wrong, 10, "wrong result")):
+        append_record(log, fake_record(task, t, cyc, config_hash(env.config), err))
+    assert G.group_conv2d_tiling(SMALL_DW) == model != other
+    with autotune.apply_history_best(str(log)):
+        assert G.group_conv2d_tiling(SMALL_DW) == G.depthwise_conv2d_tiling(SMALL_DW) == other
+        assert tiling_for("group_conv2d", SMALL_DW, env, 2) == other       # fits with a per-channel shift too
+        with autotune.cost_model_only():
+            assert G.group_conv2d_tiling(SMALL_DW) == model
+            assert tiling_for("group_conv2d", SMALL_DW, env, 1) == model
+    assert G.group_conv2d_tiling(SMALL_DW) == tiling_for("group_conv2d", SMALL_DW, env, 1) == model
 
 
 def test_log_from_another_configuration_is_refused(tmp_path):
@@ -282,6 +331,35 @@ def test_tuning_on_two_tsim_servers_through_a_tracker(small_tuned):
     with autotune.apply_history_best(str(log)):
         assert conv2d_tiling(SMALL) == best.tiling()
         assert vta.build(vta.top.schedule_conv2d_packed(vta.top.conv2d_layer(SMALL), wkl=SMALL)) is not None
+
+
+def test_tuning_a_depthwise_layer_on_tsim(tracker_with_two_tsim_servers):
+    """Three candidates of a small depthwise layer: each checked against a grouped convolution in numpy, the
+    model's choice measured first, the fastest applied by group_conv2d_tiling."""
+    from vta_compiler.testing.layers_extra import run_depthwise_conv2d
+    tracker, tmp = tracker_with_two_tsim_servers
+    env = vta.get_env()
+    log = tmp / "dw.jsonl"
+    res = autotune.tune(autotune.extract_tasks({"dw": SMALL_DW}), log, measure(tracker), trials=3)
+    records, _ = read_records(log)
+    assert res.measured == 3 and all(r.ok for r in records), [r.error for r in records]
+    ranked = autotune.get_space("group_conv2d").candidates(SMALL_DW, env, 1)
+    assert [r.tiling() for r in sorted(records, key=lambda r: r.trial)] == ranked[:3]
+    assert ranked[0] == G.group_conv2d_tiling(SMALL_DW, tuned=False)
+    best = min(records, key=lambda r: r.cycles)
+    assert res.best[0].knobs == best.knobs and len({r.cycles for r in records}) > 1
+    # the recorded cost is tsim's cycle counter: the operator's own test run of that tiling counts the same
+    from sim.tsim import TsimDevice
+    dev = TsimDevice()
+    vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
+    try:
+        run = run_depthwise_conv2d(SMALL_DW, best.tiling(), seed=5)
+    finally:
+        vta_runtime.set_command_queue(None)
+        dev.close()
+    assert run.correct and run.stats["cycle_count"] == best.cycles
+    with autotune.apply_history_best(str(log)):
+        assert G.group_conv2d_tiling(SMALL_DW) == best.tiling()
 
 
 def test_resume_from_a_partial_log(small_tuned, tracker_with_two_tsim_servers):

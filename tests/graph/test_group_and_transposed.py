@@ -51,10 +51,13 @@ def test_mobilenet_v1_on_fsim_equals_the_cpu_run(fsim):
     assert all(">>shift[c]" in r["op"] for r in depthwise), "per-channel weights need per-channel shifts"
     assert len(pl.vta_rows) == 28 and pl.vta_share >= 0.99
     assert layout_changes(pmod) == 2, "a layout change or copy sits between VTA layers"
-    # the tunable layers (conv2d, dense) are tasks; depthwise kernels keep their cost model's tiling
+    # every VTA layer is a tuning task: the depthwise ones are group_conv2d tasks (one per distinct shape)
     tasks = autotune.extract_tasks(pmod)
-    assert {t.kind for t in tasks} == {"conv2d", "dense"}
-    assert sum(t.uses for t in tasks) == 28 - 13
+    assert {t.kind for t in tasks} == {"conv2d", "group_conv2d", "dense"}
+    assert sum(t.uses for t in tasks) == 28
+    dw = [t for t in tasks if t.kind == "group_conv2d"]
+    assert len(dw) == 9 and sum(t.uses for t in dw) == 13
+    assert all(t.workload.is_depthwise and t.acc_operands == 2 for t in dw)
     assert [t.key for t in autotune.extract_tasks(qmod)] == [t.key for t in tasks]
     want = run_cpu(qmod, x)[0]
     got = run_vta(graph.build(pmod), x)[0]
