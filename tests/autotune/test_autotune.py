@@ -23,12 +23,14 @@ from vta_compiler import autotune  # noqa: E402
 from vta_compiler.autotune.records import Record, append_record, config_hash, read_records  # noqa: E402
 from vta_compiler.testing.layers import run_conv2d  # noqa: E402
 from vta_compiler.top import RESNET18, Conv2DTiling, Conv2DWorkload, conv2d_tiling, dense_tiling  # noqa: E402
+from vta_compiler.top import conv2d_transpose as CT  # noqa: E402
 from vta_compiler.top import group_conv2d as G  # noqa: E402
 from vta_compiler.top.conv2d import estimate_cycles, fits  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SMALL = Conv2DWorkload(1, 8, 8, 32, 32, 3, 3, 1, 1, 1, 1)
 SMALL_DW = G.depthwise_workload(1, 8, 8, 32, 3, 1, 1)          # two block-diagonal hardware groups
+SMALL_UP = CT.Conv2DTransposeWorkload(1, 4, 4, 32, 32, 3, 3, 1, 1, 2, 2, 1, 1)    # 4x4 -> 8x8, guarded phases
 
 
 def tsim_missing() -> str | None:
@@ -82,6 +84,23 @@ def test_group_space_filters_before_measuring_and_ranks_by_the_cost_model():
     tasks = autotune.extract_tasks([SMALL_DW, SMALL, SMALL_DW])
     assert [(t.kind, t.uses) for t in tasks] == [("group_conv2d", 2), ("conv2d", 1)]
     assert tasks[0].describe() == "depthwise 8x8 32->32 3x3 s1"
+
+
+def test_transposed_space_filters_before_measuring_and_ranks_by_the_cost_model():
+    env = vta.get_env()
+    sp = autotune.get_space("conv2d_transpose")
+    wkl = CT.UNET_DECODER["UP1"]
+    cands = sp.candidates(wkl, env, 2)
+    assert 0 < len(cands) < sp.size(wkl, env)
+    assert all(CT._check_tiling(wkl, env, t) is None and CT._fits(env, CT._tile_sizes(env, wkl, t, 2)) for t in cands)
+    assert all((t.tile_h // t.h_nthread) % 2 == 0 and t.tile_w % 2 == 0 for t in cands), "whole stride phases"
+    assert cands[0] == CT.conv2d_transpose_tiling(wkl, env, 2, tuned=False)
+    costs = [CT.estimate_cycles(env, wkl, t) for t in cands[1:]]
+    assert costs == sorted(costs)
+    assert {t.wgt_at for t in cands} == {"ko", "co"} and 4 in {t.h_nthread for t in cands}
+    task = autotune.Task("conv2d_transpose", wkl, 2, "UP1")
+    assert autotune.Task.from_json(json.loads(json.dumps(task.to_json()))) == task
+    assert autotune.extract_tasks([SMALL_UP])[0].kind == "conv2d_transpose"
 
 
 def test_a_new_operator_joins_by_registering_its_space():
@@ -145,6 +164,24 @@ def test_records_decide_group_conv2d_tilings(tmp_path):
             assert G.group_conv2d_tiling(SMALL_DW) == model
             assert tiling_for("group_conv2d", SMALL_DW, env, 1) == model
     assert G.group_conv2d_tiling(SMALL_DW) == tiling_for("group_conv2d", SMALL_DW, env, 1) == model
+
+
+def test_records_decide_conv2d_transpose_tilings(tmp_path):
+    from vta_compiler.graph.pack import tiling_for
+    env = vta.get_env()
+    task = autotune.Task("conv2d_transpose", SMALL_UP, 2)
+    cands = task.space.candidates(SMALL_UP, env, 2)
+    model, other = cands[0], cands[3]
+    log = tmp_path / "up.jsonl"
+    append_record(log, fake_record(task, other, 100, config_hash(env.config)))
+    # a conv2d record of the same knobs is another operator's: never taken for the transposed one
+    append_record(log, fake_record(autotune.Task("conv2d", SMALL), cands[5], 1, config_hash(env.config)))
+    assert CT.conv2d_transpose_tiling(SMALL_UP, acc_operands=2) == model != other
+    with autotune.apply_history_best(str(log)):
+        assert CT.conv2d_transpose_tiling(SMALL_UP, acc_operands=2) == tiling_for("conv2d_transpose", SMALL_UP, env,
+                                                                                  2) == other
+        with autotune.cost_model_only():
+            assert CT.conv2d_transpose_tiling(SMALL_UP, acc_operands=2) == model
 
 
 def test_log_from_another_configuration_is_refused(tmp_path):

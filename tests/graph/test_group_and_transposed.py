@@ -83,6 +83,10 @@ def test_dcgan_generator_on_fsim_equals_the_cpu_run(fsim):
     tanh = next(r for r in pl.rows if r["op"] == "tanh")
     assert tanh["device"] == "CPU" and tanh["note"] == "float arithmetic (VTA computes integers)"
     assert layout_changes(pmod) == 2
+    tasks = autotune.extract_tasks(pmod)
+    assert [(t.kind, t.name, t.uses) for t in tasks] == [("conv2d_transpose", n, 1) for n in names]
+    assert [t.key for t in autotune.extract_tasks(qmod)] == [t.key for t in tasks]
+    assert tasks[0].workload.in_filter == 112 and tasks[-1].workload.out_filter == 16
     want = run_cpu(qmod, z)[0]
     got = run_vta(graph.build(pmod), z)[0]
     assert got.shape == (1, 3, 32, 32)

@@ -22,11 +22,22 @@ from __future__ import annotations
 from .dispatch import apply_history_best, cost_model_only, default_history, default_record_files
 from .measure import MeasureError, MeasureResult, RPCMeasure, TsimMeasure, default_module_loader
 from .records import History, Record, RecordsError, config_hash, load_history, read_records
-from .space import Conv2DSpace, DenseSpace, Knob, LayerData, Space, get_space, register_space
+from .space import (
+    Conv2DSpace,
+    Conv2DTransposeSpace,
+    DenseSpace,
+    GroupConv2DSpace,
+    Knob,
+    LayerData,
+    Space,
+    get_space,
+    register_space,
+)
 from .task import Task, extract_tasks
 from .tuner import TuneResult, tune
 
-__all__ = ["Conv2DSpace", "DenseSpace", "History", "Knob", "LayerData", "MeasureError", "MeasureResult",
+__all__ = ["Conv2DSpace", "Conv2DTransposeSpace", "DenseSpace", "GroupConv2DSpace", "History", "Knob", "LayerData",
+           "MeasureError", "MeasureResult",
            "RPCMeasure", "Record", "RecordsError", "Space", "Task", "TsimMeasure", "TuneResult",
            "apply_history_best", "config_hash", "cost_model_only", "default_history", "default_module_loader",
            "default_record_files", "extract_tasks", "get_space", "load_history", "read_records",

@@ -1,6 +1,7 @@
 """Which records builds use: ``apply_history_best`` contexts, else the records shipped with the package.
 
-``conv2d_tiling`` / ``dense_tiling`` (and ``graph_pack`` through them) ask :func:`lookup` first:
+``conv2d_tiling`` / ``dense_tiling`` / ``group_conv2d_tiling`` / ``conv2d_transpose_tiling`` (and
+``graph_pack`` through them) ask :func:`lookup` first:
 the innermost ``apply_history_best`` context that has a record for the workload wins, then the
 shipped records (``vta_compiler/autotune/records/*.jsonl``, like the original's TopHub: tuned
 ResNet-18 layers for the default configuration), then the cost model. Records apply only to the
@@ -107,7 +108,8 @@ def _push(hist: History | None):
 def apply_history_best(records, env=None):
     """``with apply_history_best("resnet18.jsonl"):`` builds inside use the best record of each workload.
 
-    Inside the ``with`` block, :func:`vta_compiler.top.conv2d_tiling` and ``dense_tiling`` (hence
+    Inside the ``with`` block, :func:`vta_compiler.top.conv2d_tiling`, ``dense_tiling``,
+    ``group_conv2d_tiling`` and ``conv2d_transpose_tiling`` (hence
     ``schedule_conv2d_packed``, ``graph.graph_pack`` and ``graph.build``) take the fastest correct tiling
     recorded for the layer's workload. Workloads without a record fall back to the shipped records
     (``vta_compiler/autotune/records/``), then to the cost model. Contexts nest; the innermost wins.

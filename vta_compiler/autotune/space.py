@@ -330,15 +330,9 @@ class DenseSpace(Space):
 
 
 # ------------------------------------------------------------------------------------------------ group_conv2d
-def grouped_accumulators(x: np.ndarray, w: np.ndarray, bias: np.ndarray, groups: int, stride: tuple[int, int],
-                         pad: tuple[int, int]) -> np.ndarray:
-    """int8 NCHW x int8 (O, I/groups, KH, KW) + int32 bias -> int32 NCHW: each group a plain convolution of
-    its own input channels (the reference shares nothing with the packed kernel or its block-diagonal tiles)."""
-    from ..testing.reference import conv2d_accumulators
-    cin, cout = x.shape[1] // groups, w.shape[0] // groups
-    acc = np.concatenate([conv2d_accumulators(x[:, g * cin:(g + 1) * cin], w[g * cout:(g + 1) * cout], None, stride,
-                                              pad) for g in range(groups)], axis=1)
-    return (acc.astype(np.int64) + bias.reshape(1, -1, 1, 1)).astype(np.int32)
+def _plus_bias(acc: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """int64 sums -> the int32 accumulators with the bias added (32-bit wrap-around, as VTA's ACC)."""
+    return (acc.astype(np.int64).astype(np.int32).astype(np.int64) + bias.reshape(1, -1, 1, 1)).astype(np.int32)
 
 
 class GroupConv2DSpace(Space):
@@ -387,12 +381,15 @@ class GroupConv2DSpace(Space):
 
     def data(self, wkl, env, acc_operands, seed=0):
         from ..testing.reference import calibrated_shift, requantize
+        from ..testing.reference_extra import group_conv2d_accumulate
         from ..top import packing as P
         rng = np.random.default_rng(seed)
         x = rng.integers(-128, 128, (wkl.batch, wkl.in_filter, wkl.height, wkl.width), dtype=np.int8)
         w = rng.integers(-128, 128, (wkl.out_filter, wkl.in_per_group, wkl.hkernel, wkl.wkernel), dtype=np.int8)
         b = rng.integers(-(1 << 14), 1 << 14, (wkl.out_filter,), dtype=np.int32)
-        acc = grouped_accumulators(x, w, b, wkl.groups, (wkl.hstride, wkl.wstride), (wkl.hpad, wkl.wpad))
+        # the reference is a direct grouped convolution of the unpacked tensors (no blocks, no diagonal tiles)
+        acc = _plus_bias(group_conv2d_accumulate(x, w, wkl.groups, (wkl.hstride, wkl.wstride), (wkl.hpad, wkl.wpad)),
+                         b)
         shift = calibrated_shift(acc, (0, 127))
         args = [P.pack_nchw(x, env.BATCH, env.BLOCK_IN),
                 self.G.pack_group_conv2d_kernel(w, wkl.groups, env.BLOCK_OUT, env.BLOCK_IN),
@@ -420,6 +417,83 @@ class GroupConv2DSpace(Space):
         return P.unpack_nchw(out)
 
 
+# ------------------------------------------------------------------------------------------------ conv2d_transpose
+class Conv2DTransposeSpace(Space):
+    """``schedule_conv2d_transpose_packed``: conv2d's knobs (``Conv2DTiling``) on the phase-split transposed
+    convolution; each thread's tile holds whole stride phases."""
+
+    def __init__(self):
+        from ..top import conv2d_transpose as CT
+        self.CT = CT
+        self.tiling_type = CT.Conv2DTiling
+
+    def workload_to_json(self, wkl) -> dict:
+        return dataclasses.asdict(wkl)
+
+    def workload_from_json(self, obj: dict):
+        return self.CT.Conv2DTransposeWorkload(**obj)
+
+    def describe(self, w) -> str:
+        return (f"conv2d_transpose {w.height}x{w.width} {w.in_filter}->{w.out_filter} {w.hkernel}x{w.wkernel} "
+                f"s{w.hstride}" + (f"x{w.wstride}" if w.wstride != w.hstride else "") +
+                (f" op{w.hout_pad}" if w.hout_pad or w.wout_pad else ""))
+
+    def knobs(self, wkl, env):
+        from ..top.common import divisors
+        cib, cob = wkl.in_filter // env.BLOCK_IN, wkl.out_filter // env.BLOCK_OUT
+        return [Knob("tile_co", tuple(divisors(cob))), Knob("tile_h", tuple(divisors(wkl.out_height))),
+                Knob("tile_w", tuple(divisors(wkl.out_width))), Knob("tile_ci", tuple(divisors(cib))),
+                Knob("oc_nthread", THREADS), Knob("h_nthread", THREADS), Knob("wgt_at", ("ko", "co")),
+                Knob("ko_nthread", CHUNKS_IN_FLIGHT)]
+
+    def valid(self, wkl, t, env):
+        return self.CT._check_tiling(wkl, env, t) is None
+
+    def fits(self, wkl, t, env, acc_operands):
+        return self.CT._fits(env, self.CT._tile_sizes(env, wkl, t, acc_operands))
+
+    def estimate(self, wkl, t, env):
+        return self.CT.estimate_cycles(env, wkl, t)
+
+    def model_choice(self, wkl, env, acc_operands):
+        return self.CT.conv2d_transpose_tiling(wkl, env, acc_operands=acc_operands, tuned=False)
+
+    def data(self, wkl, env, acc_operands, seed=0):
+        from ..testing.reference import calibrated_shift, requantize
+        from ..testing.reference_extra import conv2d_transpose_accumulate
+        from ..top import packing as P
+        rng = np.random.default_rng(seed)
+        x = rng.integers(-128, 128, (wkl.batch, wkl.in_filter, wkl.height, wkl.width), dtype=np.int8)
+        w = rng.integers(-128, 128, (wkl.in_filter, wkl.out_filter, wkl.hkernel, wkl.wkernel), dtype=np.int8)
+        b = rng.integers(-(1 << 14), 1 << 14, (wkl.out_filter,), dtype=np.int32)
+        # the reference scatters each input pixel through the unpacked kernel (no phases, no phase kernel)
+        acc = _plus_bias(conv2d_transpose_accumulate(x, w, (wkl.hstride, wkl.wstride), (wkl.hpad, wkl.wpad),
+                                                     (wkl.hout_pad, wkl.wout_pad)), b)
+        shift = calibrated_shift(acc, (0, 127))
+        args = [P.pack_nchw(x, env.BATCH, env.BLOCK_IN),
+                self.CT.pack_conv2d_transpose_kernel(w, wkl, env.BLOCK_OUT, env.BLOCK_IN),
+                P.pack_bias_conv(b, wkl.batch, env.BATCH, env.BLOCK_OUT)]
+        if acc_operands >= 2:          # a per-channel shift (an ALU SHR with a register operand)
+            shifts = np.clip(shift + rng.integers(-1, 2, wkl.out_filter), 0, 31).astype(np.int32)
+            args.append(P.pack_bias_conv(shifts, wkl.batch, env.BATCH, env.BLOCK_OUT))
+            expected = np.clip(acc >> shifts.reshape(1, -1, 1, 1), 0, 127).astype(np.int8)
+            shift = None
+        else:
+            expected = requantize(acc, shift, (0, 127))
+        out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, wkl.out_height, wkl.out_width,
+                     env.BATCH, env.BLOCK_OUT)
+        return LayerData(args, out_shape, expected, shift, wkl.macs)   # only valid taps issue GEMMs
+
+    def layer(self, wkl, t, env, acc_operands, shift):
+        func = self.CT.conv2d_transpose_layer(wkl, env, shift=shift or 0, bias=True, channel_shift=acc_operands >= 2)
+        return self.CT.schedule_conv2d_transpose_packed(func, t, env=env)
+
+    def unpack(self, out):
+        from ..top import packing as P
+        return P.unpack_nchw(out)
+
+
 register_space("conv2d", Conv2DSpace())
 register_space("dense", DenseSpace())
 register_space("group_conv2d", GroupConv2DSpace())
+register_space("conv2d_transpose", Conv2DTransposeSpace())

@@ -60,19 +60,22 @@ def task_key(kind: str, workload_json: dict, acc_operands: int) -> str:
 
 def _kind_of(wkl) -> str:
     from ..top.conv2d import Conv2DWorkload
+    from ..top.conv2d_transpose import Conv2DTransposeWorkload
     from ..top.group_conv2d import GroupConv2DWorkload
     if isinstance(wkl, Conv2DWorkload):
         return "conv2d"
     if isinstance(wkl, GroupConv2DWorkload):
         return "group_conv2d"
+    if isinstance(wkl, Conv2DTransposeWorkload):
+        return "conv2d_transpose"
     if isinstance(wkl, DenseWorkload) or (isinstance(wkl, tuple) and len(wkl) == 3):
         return "dense"
     kind = getattr(wkl, "kind", None)      # workloads of other operators may say what they are
     if isinstance(kind, str):
         return kind
     raise TypeError(f"extract_tasks: cannot tell which operator {wkl!r} is a workload of (conv2d: a "
-                    "Conv2DWorkload, group_conv2d: a GroupConv2DWorkload, dense: (batch, in_features, "
-                    "out_features), or give Task objects)")
+                    "Conv2DWorkload, group_conv2d: a GroupConv2DWorkload, conv2d_transpose: a "
+                    "Conv2DTransposeWorkload, dense: (batch, in_features, out_features), or give Task objects)")
 
 
 def _from_workloads(items, acc_operands: int) -> list[Task]:
@@ -134,16 +137,16 @@ def extract_tasks(network, env: Environment | None = None, acc_operands: int = 1
         network: a packed network (``graph.graph_pack``), a quantized one (``graph.quantize``; its layers
             that VTA would run), a dict ``{name: workload}`` (``vta.top.RESNET18``), or a list of workloads
             (``Conv2DWorkload``, ``GroupConv2DWorkload`` for group and depthwise convolutions,
-            ``(batch, in_features, out_features)`` for dense) or ``Task`` objects.
+            ``Conv2DTransposeWorkload``, ``(batch, in_features, out_features)`` for dense) or ``Task``
+            objects.
         env: the environment whose tilings are searched (default: :func:`vta_compiler.get_env`).
         acc_operands: for workloads given directly, what their epilogue keeps in ACC (1: a bias; 2: a
             bias and a per-channel shift); a network says it itself.
 
     Returns:
         list[Task]: one per distinct workload and epilogue; layers that share one are one task
-        (``task.uses`` counts them). Only operators with a tuning space are tasks (``conv2d``,
-        ``group_conv2d``, which covers depthwise, and ``dense``; transposed convolutions keep their cost
-        model's tiling).
+        (``task.uses`` counts them). Only operators with a tuning space are tasks: ``conv2d``,
+        ``group_conv2d`` (which covers depthwise), ``conv2d_transpose`` and ``dense``.
 
     Raises:
         TypeError: an item is neither a known workload nor a ``Task`` (the message says which types

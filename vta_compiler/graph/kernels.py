@@ -26,8 +26,8 @@ from ..top import group_conv2d as G
 KERNEL_ATTR = "vta.kernel"
 #: PrimFunc attribute with the kernel's tuning task as JSON (kind, workload, acc_operands; see vta_compiler.autotune)
 TASK_ATTR = "vta.task"
-#: operator kinds with a tuning space (vta_compiler.autotune); other kernels use their cost model's tiling
-TUNED_KINDS = ("conv2d", "group_conv2d", "dense")
+#: operator kinds with a tuning space (vta_compiler.autotune): every kind of kernel graph_pack makes
+TUNED_KINDS = ("conv2d", "group_conv2d", "conv2d_transpose", "dense")
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from ..transform.uop import kernel_uop_budget
 from ..transform.vthread import PIPELINE
 from .common import attach_epilogue, chunk_cycles, divisors, epilogue, find_blocks, mock_names, pragma
 from .conv2d import TRAFFIC_WEIGHT, Conv2DTiling
+from .tuned import tuned_tiling
 
 #: conv2d_transpose uses conv2d's knobs; tile_h and tile_w (per thread) must be multiples of the stride.
 Conv2DTransposeTiling = Conv2DTiling
@@ -354,13 +355,19 @@ def candidate_tilings(wkl: Conv2DTransposeWorkload, env: Environment | None = No
 
 
 def conv2d_transpose_tiling(wkl: Conv2DTransposeWorkload, env: Environment | None = None,
-                            acc_operands: int = 1) -> Conv2DTiling:
-    """The cheapest tiling (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget
+                            acc_operands: int = 1, tuned: bool = True) -> Conv2DTiling:
+    """The tiling of a workload: the best measured one (``vta_compiler.autotune`` records: the active
+    ``apply_history_best``, else the records shipped with the package) when ``tuned`` and there is one,
+    else the cheapest (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget
     (``acc_operands``: per-channel epilogue tensors in ACC, 1 for a bias, 2 for a bias and a shift)."""
     env = env or get_env()
     reason = _shape_refusal(wkl, env)
     if reason:
         raise VTACompileError(f"conv2d_transpose {wkl}: {reason}")
+    if tuned:
+        best = tuned_tiling("conv2d_transpose", wkl, env, acc_operands)
+        if best is not None:
+            return best
     best = min(candidate_tilings(wkl, env, acc_operands), key=lambda t: estimate_cycles(env, wkl, t), default=None)
     if best is None:
         smallest = Conv2DTiling(1, wkl.hstride, wkl.wstride, 1)

@@ -1,6 +1,6 @@
-"""Where measured tilings reach the operators: ``conv2d_tiling``, ``dense_tiling`` (and through them
-``graph_pack``) ask here first. The records live in ``vta_compiler.autotune`` (imported lazily: it
-imports the operators)."""
+"""Where measured tilings reach the operators: ``conv2d_tiling``, ``dense_tiling``, ``group_conv2d_tiling``,
+``conv2d_transpose_tiling`` (and through them ``graph_pack``) ask here first. The records live in
+``vta_compiler.autotune`` (imported lazily: it imports the operators)."""
 
 from __future__ import annotations
 
