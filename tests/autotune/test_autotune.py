@@ -1,6 +1,6 @@
 """vta_compiler.autotune: search spaces, records, apply_history_best in single-layer and whole-network builds,
 and measured tuning on tsim through a TVM RPC tracker with two servers on loopback (a 4-candidate tuning
-of a small layer, a 3-candidate tuning of a small depthwise layer, resume from a partial log, refusal of a
+of a small layer, 3 and 2 candidates of small depthwise and transposed layers, resume from a partial log, refusal of a
 log from another configuration, a wrong result recorded and never chosen)."""
 
 from __future__ import annotations
@@ -397,6 +397,22 @@ def test_tuning_a_depthwise_layer_on_tsim(tracker_with_two_tsim_servers):
     assert run.correct and run.stats["cycle_count"] == best.cycles
     with autotune.apply_history_best(str(log)):
         assert G.group_conv2d_tiling(SMALL_DW) == best.tiling()
+
+
+def test_tuning_a_transposed_layer_on_tsim(tracker_with_two_tsim_servers):
+    """Two candidates of a small transposed convolution, checked against a scatter in numpy."""
+    tracker, tmp = tracker_with_two_tsim_servers
+    env = vta.get_env()
+    log = tmp / "up.jsonl"
+    res = autotune.tune([autotune.Task("conv2d_transpose", SMALL_UP, name="up")], log, measure(tracker), trials=2)
+    records, _ = read_records(log)
+    assert res.measured == 2 and all(r.ok for r in records), [r.error for r in records]
+    ranked = autotune.get_space("conv2d_transpose").candidates(SMALL_UP, env, 1)
+    assert [r.tiling() for r in sorted(records, key=lambda r: r.trial)] == ranked[:2]
+    assert ranked[0] == CT.conv2d_transpose_tiling(SMALL_UP, tuned=False)
+    assert all(r.stats["gemm_counter"] > 0 for r in records)
+    with autotune.apply_history_best(str(log)):
+        assert CT.conv2d_transpose_tiling(SMALL_UP) == res.best[0].tiling()
 
 
 def test_resume_from_a_partial_log(small_tuned, tracker_with_two_tsim_servers):
