@@ -639,7 +639,7 @@ struct Engine {
     int8_t* const out_rows = out;
     const uint32_t* const dst = u_dst.data();
     const uint32_t* const src = u_src.data();
-    for (int64_t o = 0; o < l.iter_out; ++o) {
+    for (int64_t o = 0; o < l.iter_out; ++o)
       for (int64_t i = 0; i < l.iter_in; ++i) {
         const int64_t d0 = o * l.dst_out + i * l.dst_in, s0 = o * l.src_out + i * l.src_in;
         for (int64_t k = 0; k < nuops; ++k) {
@@ -647,9 +647,8 @@ struct Engine {
           alu_row<kImm>(acc_rows + d * lanes, out_rows + d * lanes, kImm ? nullptr : acc_rows + (s0 + src[k]) * lanes,
                         lanes, imm, op);
         }
+        tick(nuops);
       }
-      tick(nuops * l.iter_in);
-    }
   }
 
   template <typename Op>
