@@ -114,6 +114,8 @@ struct Engine {
   std::vector<int16_t> wgt_pairs;              // weight tiles rearranged for the AVX2 kernel
   std::vector<uint32_t> wgt_pairs_stamp;
   uint32_t pairs_stamp = 0;
+  int active_pairs[8] = {0};                   // input pairs a GEMM's rows are not all zero in (AVX2 kernel)
+  int num_active = 8;
 
   int64_t acc_lanes() const { return p.batch * p.block_out; }
   int64_t inp_lanes() const { return p.batch * p.block_in; }
@@ -417,6 +419,51 @@ struct Engine {
     }
   }
 
+  // The input pairs (lanes 2kp, 2kp+1 of every batch row) that are not zero in some INP row the GEMM
+  // may read (rows min(src) .. the largest src index): the others add nothing, so the kernel skips
+  // them exactly. A 3-channel image padded to 16 channels has 2 of 8 pairs active.
+  void find_active_pairs(const Loops& l) {
+    const int64_t first = *std::min_element(u_src.begin(), u_src.begin() + l.nuops);
+    const int64_t last = top(u_src, l, l.src_out, l.src_in);   // checked against the INP depth
+    const int64_t row_bytes = inp_lanes();
+    __m128i any = _mm_setzero_si128();
+    const int8_t* x = inp + first * row_bytes;
+    const int8_t* const end = inp + (last + 1) * row_bytes;
+    for (int64_t rows = 0; x < end; x += 16) {
+      any = _mm_or_si128(any, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+      if (++rows % 64 == 0 && _mm_movemask_epi8(_mm_cmpeq_epi16(any, _mm_setzero_si128())) == 0) break;   // all on
+    }
+    // pair kp is 16-bit element kp: its two mask bits are set when both bytes are zero
+    const uint32_t zero = _mm_movemask_epi8(_mm_cmpeq_epi16(any, _mm_setzero_si128()));
+    num_active = 0;
+    for (int kp = 0; kp < 8; ++kp)
+      if ((zero >> (2 * kp) & 3) != 3) active_pairs[num_active++] = kp;
+  }
+
+  // The same as gemm_group_avx2 over the active pairs only (used when some pair is zero in every row).
+  void gemm_group_avx2_sparse(int32_t* a, int8_t* q, const int8_t* x0, const uint32_t* ks, int64_t n) const {
+    __m256i pick[8];
+    for (int m = 0; m < num_active; ++m) pick[m] = _mm256_set1_epi32(active_pairs[m]);
+    for (int64_t b = 0; b < p.batch; ++b, a += 16) {
+      __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+      __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 8));
+      for (int64_t u = 0; u < n; ++u) {
+        const int8_t* x = x0 + (u_src[ks[u]] * p.batch + b) * 16;
+        const int16_t* w = tiles[ks[u]];
+        const __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+        for (int m = 0; m < num_active; ++m) {
+          const __m256i xx = _mm256_permutevar8x32_epi32(x16, pick[m]);   // the pair in every 32-bit lane
+          const __m256i* wp = reinterpret_cast<const __m256i*>(w + active_pairs[m] * 32);
+          lo = _mm256_add_epi32(lo, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp)));
+          hi = _mm256_add_epi32(hi, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp + 1)));
+        }
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + 8), hi);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 16), low_bytes(lo, hi));
+    }
+  }
+
   // The low byte of each of the 16 int32 lanes of (lo, hi), in order: the OUT row.
   static __m128i low_bytes(__m256i lo, __m256i hi) {
     const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,   //
@@ -448,6 +495,7 @@ struct Engine {
     group_by_dst(l);
 #if defined(__AVX2__)
     const bool fast = !generic_gemm && avx2_shape(p);
+    if (fast) find_active_pairs(l);
 #else
     const bool fast = false;
 #endif
@@ -494,7 +542,10 @@ struct Engine {
     for (int64_t i = 0; i < n; ++i, row += l.dst_in, x0 += l.src_in * il) {
 #if defined(__AVX2__)
       if (fast) {
-        gemm_group_avx2(acc + row * lanes, out + row * lanes, x0, ks, count);
+        if (num_active == 8)
+          gemm_group_avx2(acc + row * lanes, out + row * lanes, x0, ks, count);
+        else
+          gemm_group_avx2_sparse(acc + row * lanes, out + row * lanes, x0, ks, count);
         continue;
       }
 #else
@@ -553,41 +604,59 @@ struct Engine {
 #endif
   };
 
-  // acc[dst] = op(acc[dst], operand) lane by lane, in program order (later uops see earlier
-  // results); operand is the immediate or acc[src]. OUT gets the low 8 bits.
-  template <typename Op>
-  void alu_loops(const Loops& l, bool use_imm, int32_t imm, Op op) {
-    const int64_t lanes = acc_lanes();
+  // acc[dst] = op(acc[dst], operand) lane by lane for one row; operand is the immediate (kImm) or
+  // the row s. OUT gets the low 8 bits. Lane j of s is read before lane j of a is written.
+  template <bool kImm, typename Op>
+  static void alu_row(int32_t* a, int8_t* q, const int32_t* s, int64_t lanes, int32_t imm, Op op) {
+    int64_t j = 0;
+#if defined(__AVX2__)
+    for (; j + 16 <= lanes; j += 16) {   // both operands are read before the row is written
+      const __m256i* av = reinterpret_cast<const __m256i*>(a + j);
+      __m256i b_lo, b_hi;
+      if (kImm) {
+        b_lo = b_hi = _mm256_set1_epi32(imm);
+      } else {
+        b_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + j));
+        b_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + j + 8));
+      }
+      __m256i lo = op(_mm256_loadu_si256(av), b_lo), hi = op(_mm256_loadu_si256(av + 1), b_hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + j), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + j + 8), hi);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j), low_bytes(lo, hi));
+    }
+#endif
+    for (; j < lanes; ++j) {
+      a[j] = op(a[j], kImm ? imm : s[j]);
+      q[j] = static_cast<int8_t>(a[j]);
+    }
+  }
+
+  // The ALU's loops, in program order (later uops see earlier results).
+  template <bool kImm, typename Op>
+  void alu_loops(const Loops& l, int32_t imm, Op op) {
+    const int64_t lanes = acc_lanes(), nuops = l.nuops;
     int32_t* const acc_rows = acc;   // locals: an int8 store would make the compiler reload members
     int8_t* const out_rows = out;
+    const uint32_t* const dst = u_dst.data();
+    const uint32_t* const src = u_src.data();
     for (int64_t o = 0; o < l.iter_out; ++o)
       for (int64_t i = 0; i < l.iter_in; ++i) {
         const int64_t d0 = o * l.dst_out + i * l.dst_in, s0 = o * l.src_out + i * l.src_in;
-        for (int64_t k = 0; k < l.nuops; ++k) {
-          const int64_t d = d0 + u_dst[k];
-          int32_t* a = acc_rows + d * lanes;
-          int8_t* q = out_rows + d * lanes;
-          const int32_t* s = use_imm ? nullptr : acc_rows + (s0 + u_src[k]) * lanes;
-          int64_t j = 0;
-#if defined(__AVX2__)
-          for (; j + 16 <= lanes; j += 16) {   // both operands are read before the row is written
-            const __m256i* av = reinterpret_cast<const __m256i*>(a + j);
-            const __m256i* sv = reinterpret_cast<const __m256i*>(s + j);
-            __m256i b_lo = use_imm ? _mm256_set1_epi32(imm) : _mm256_loadu_si256(sv);
-            __m256i b_hi = use_imm ? b_lo : _mm256_loadu_si256(sv + 1);
-            __m256i lo = op(_mm256_loadu_si256(av), b_lo), hi = op(_mm256_loadu_si256(av + 1), b_hi);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + j), lo);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + j + 8), hi);
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j), low_bytes(lo, hi));
-          }
-#endif
-          for (; j < lanes; ++j) {   // lane j of s is read before lane j of a is written
-            a[j] = op(a[j], use_imm ? imm : s[j]);
-            q[j] = static_cast<int8_t>(a[j]);
-          }
+        for (int64_t k = 0; k < nuops; ++k) {
+          const int64_t d = d0 + dst[k];
+          alu_row<kImm>(acc_rows + d * lanes, out_rows + d * lanes, kImm ? nullptr : acc_rows + (s0 + src[k]) * lanes,
+                        lanes, imm, op);
         }
-        tick(l.nuops);
+        tick(nuops);
       }
+  }
+
+  template <typename Op>
+  void alu_loops(const Loops& l, bool use_imm, int32_t imm, Op op) {
+    if (use_imm)
+      alu_loops<true>(l, imm, op);
+    else
+      alu_loops<false>(l, imm, op);
   }
 
   Status alu(const uint64_t* w, int64_t* report) {

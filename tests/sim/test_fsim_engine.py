@@ -174,10 +174,13 @@ def test_timeout_holds_inside_one_long_instruction(op):
     assert f"compute: at instruction {len(loads)} ({op.upper()}" in str(e.value)
 
 
-def random_gemm_program(dev, rng, nuops=24):
-    """Random SRAM contents and one GEMM with random uops and loop factors inside the buffers."""
+def random_gemm_program(dev, rng, nuops=24, zero_lanes=()):
+    """Random SRAM contents and one GEMM with random uops and loop factors inside the buffers;
+    ``zero_lanes``: input lanes (of BLOCK_IN) that are zero in every INP row, as channel padding makes."""
     cfg, isa = dev.config, dev.config.isa
     dev.inp[:] = rng.integers(-128, 128, dev.inp.shape, dtype=np.int8)
+    for lane in zero_lanes:
+        dev.inp.reshape(cfg.INP_BUFF_DEPTH, cfg.BATCH, cfg.BLOCK_IN)[:, :, lane] = 0
     dev.wgt[:] = rng.integers(-128, 128, dev.wgt.shape, dtype=np.int8)
     dev.acc[:] = rng.integers(-(1 << 30), 1 << 30, dev.acc.shape, dtype=np.int32)
     it_o, it_i = 5, 7
@@ -192,7 +195,13 @@ def random_gemm_program(dev, rng, nuops=24):
     return [gemm, isa.finish_insn()], uops, it_o, it_i, f
 
 
-def test_fast_gemm_kernel_equals_the_plain_loop_and_numpy():
+# input lanes zero in every row: none (the dense kernel); a 3-channel image padded to 16 (lanes 3-15);
+# scattered lanes, some of them half of a pair (that pair still counts); every lane (the GEMM adds nothing)
+ZERO_LANES = [(), tuple(range(3, 16)), (0, 1, 5, 8, 9, 14), tuple(range(16))]
+
+
+@pytest.mark.parametrize("zero_lanes", ZERO_LANES, ids=["dense", "3-of-16", "scattered", "all-zero"])
+def test_fast_gemm_kernel_equals_the_plain_loop_and_numpy(zero_lanes):
     fast, plain = FsimDevice(), FsimDevice()
     if not fast.engine.has_fast_gemm:
         pytest.skip("no AVX2 kernel on this machine or config")
@@ -201,7 +210,7 @@ def test_fast_gemm_kernel_equals_the_plain_loop_and_numpy():
     for seed in range(4):
         results = []
         for dev in (fast, plain):
-            words, uops, it_o, it_i, f = random_gemm_program(dev, np.random.default_rng(seed))
+            words, uops, it_o, it_i, f = random_gemm_program(dev, np.random.default_rng(seed), zero_lanes=zero_lanes)
             acc0 = dev.acc.astype(np.int64)
             inp = dev.inp.reshape(-1, cfg.BATCH, cfg.BLOCK_IN).astype(np.int64)
             wgt = dev.wgt.reshape(-1, cfg.BLOCK_OUT, cfg.BLOCK_IN).astype(np.int64)
