@@ -156,6 +156,24 @@ def kinds() -> list[str]:
     return sorted(_SPACES)
 
 
+def _conv_requantize(acc, shift, args, wkl, env, acc_operands, rng):
+    """The epilogue of the convolution spaces' layers: the calibrated ``shift``, or with two ACC operands a
+    per-channel shift tensor appended to ``args``. Returns (expected int8 output, the scalar shift or None,
+    the packed output shape)."""
+    from ..testing.reference import requantize
+    from ..top import packing as P
+    if acc_operands >= 2:          # a per-channel shift (an ALU SHR with a register operand)
+        shifts = np.clip(shift + rng.integers(-1, 2, wkl.out_filter), 0, 31).astype(np.int32)
+        args.append(P.pack_bias_conv(shifts, wkl.batch, env.BATCH, env.BLOCK_OUT))
+        expected = np.clip(acc >> shifts.reshape(1, -1, 1, 1), 0, 127).astype(np.int8)
+        shift = None
+    else:
+        expected = requantize(acc, shift, (0, 127))
+    out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, wkl.out_height, wkl.out_width,
+                 env.BATCH, env.BLOCK_OUT)
+    return expected, shift, out_shape
+
+
 # ------------------------------------------------------------------------------------------------ conv2d
 class Conv2DSpace(Space):
     """``schedule_conv2d_packed``: tiles over output channels, rows, columns and input channels, virtual threads
@@ -203,7 +221,7 @@ class Conv2DSpace(Space):
         return self.C.conv2d_tiling(wkl, env, acc_operands=acc_operands, tuned=False)
 
     def data(self, wkl, env, acc_operands, seed=0):
-        from ..testing.reference import calibrated_shift, conv2d_accumulators, requantize
+        from ..testing.reference import calibrated_shift, conv2d_accumulators
         from ..top import packing as P
         rng = np.random.default_rng(seed)
         x = rng.integers(-128, 128, (wkl.batch, wkl.in_filter, wkl.height, wkl.width), dtype=np.int8)
@@ -214,15 +232,7 @@ class Conv2DSpace(Space):
         args = [P.pack_nchw(P.pad_channels(x, 1, env.BLOCK_IN), env.BATCH, env.BLOCK_IN),
                 P.pack_oihw(P.pad_channels(w, 1, env.BLOCK_IN), env.BLOCK_OUT, env.BLOCK_IN),
                 P.pack_bias_conv(b, wkl.batch, env.BATCH, env.BLOCK_OUT)]
-        if acc_operands >= 2:          # a per-channel shift (an ALU SHR with a register operand)
-            shifts = np.clip(shift + rng.integers(-1, 2, wkl.out_filter), 0, 31).astype(np.int32)
-            args.append(P.pack_bias_conv(shifts, wkl.batch, env.BATCH, env.BLOCK_OUT))
-            expected = np.clip(acc >> shifts.reshape(1, -1, 1, 1), 0, 127).astype(np.int8)
-            shift = None
-        else:
-            expected = requantize(acc, shift, (0, 127))
-        out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, wkl.out_height, wkl.out_width,
-                     env.BATCH, env.BLOCK_OUT)
+        expected, shift, out_shape = _conv_requantize(acc, shift, args, wkl, env, acc_operands, rng)
         macs = wkl.batch * wkl.out_filter * wkl.out_height * wkl.out_width * args[0].shape[1] * env.BLOCK_IN * \
             wkl.hkernel * wkl.wkernel
         return LayerData(args, out_shape, expected, shift, macs)
@@ -380,7 +390,7 @@ class GroupConv2DSpace(Space):
         return self.G.group_conv2d_tiling(wkl, env, acc_operands=acc_operands, tuned=False)
 
     def data(self, wkl, env, acc_operands, seed=0):
-        from ..testing.reference import calibrated_shift, requantize
+        from ..testing.reference import calibrated_shift
         from ..testing.reference_extra import group_conv2d_accumulate
         from ..top import packing as P
         rng = np.random.default_rng(seed)
@@ -394,15 +404,7 @@ class GroupConv2DSpace(Space):
         args = [P.pack_nchw(x, env.BATCH, env.BLOCK_IN),
                 self.G.pack_group_conv2d_kernel(w, wkl.groups, env.BLOCK_OUT, env.BLOCK_IN),
                 P.pack_bias_conv(b, wkl.batch, env.BATCH, env.BLOCK_OUT)]
-        if acc_operands >= 2:          # a per-channel shift (an ALU SHR with a register operand)
-            shifts = np.clip(shift + rng.integers(-1, 2, wkl.out_filter), 0, 31).astype(np.int32)
-            args.append(P.pack_bias_conv(shifts, wkl.batch, env.BATCH, env.BLOCK_OUT))
-            expected = np.clip(acc >> shifts.reshape(1, -1, 1, 1), 0, 127).astype(np.int8)
-            shift = None
-        else:
-            expected = requantize(acc, shift, (0, 127))
-        out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, wkl.out_height, wkl.out_width,
-                     env.BATCH, env.BLOCK_OUT)
+        expected, shift, out_shape = _conv_requantize(acc, shift, args, wkl, env, acc_operands, rng)
         # issued, not useful: a block-diagonal tile runs a whole block of input channels per output channel
         macs = wkl.batch * wkl.out_filter * wkl.out_height * wkl.out_width * args[1].shape[1] * env.BLOCK_IN * \
             wkl.hkernel * wkl.wkernel
@@ -459,7 +461,7 @@ class Conv2DTransposeSpace(Space):
         return self.CT.conv2d_transpose_tiling(wkl, env, acc_operands=acc_operands, tuned=False)
 
     def data(self, wkl, env, acc_operands, seed=0):
-        from ..testing.reference import calibrated_shift, requantize
+        from ..testing.reference import calibrated_shift
         from ..testing.reference_extra import conv2d_transpose_accumulate
         from ..top import packing as P
         rng = np.random.default_rng(seed)
@@ -473,15 +475,7 @@ class Conv2DTransposeSpace(Space):
         args = [P.pack_nchw(x, env.BATCH, env.BLOCK_IN),
                 self.CT.pack_conv2d_transpose_kernel(w, wkl, env.BLOCK_OUT, env.BLOCK_IN),
                 P.pack_bias_conv(b, wkl.batch, env.BATCH, env.BLOCK_OUT)]
-        if acc_operands >= 2:          # a per-channel shift (an ALU SHR with a register operand)
-            shifts = np.clip(shift + rng.integers(-1, 2, wkl.out_filter), 0, 31).astype(np.int32)
-            args.append(P.pack_bias_conv(shifts, wkl.batch, env.BATCH, env.BLOCK_OUT))
-            expected = np.clip(acc >> shifts.reshape(1, -1, 1, 1), 0, 127).astype(np.int8)
-            shift = None
-        else:
-            expected = requantize(acc, shift, (0, 127))
-        out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, wkl.out_height, wkl.out_width,
-                     env.BATCH, env.BLOCK_OUT)
+        expected, shift, out_shape = _conv_requantize(acc, shift, args, wkl, env, acc_operands, rng)
         return LayerData(args, out_shape, expected, shift, wkl.macs)   # only valid taps issue GEMMs
 
     def layer(self, wkl, t, env, acc_operands, shift):
