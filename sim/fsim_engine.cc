@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__)
@@ -86,6 +87,7 @@ constexpr int kReportLen = 10;
 using Clock = std::chrono::steady_clock;
 // Uop iterations between two looks at the clock (a few tens of microseconds of work).
 constexpr int64_t kClockEvery = 1 << 13;
+constexpr int kBlockRows = 4;   // accumulator rows the AVX2 GEMM kernel keeps in registers at once
 
 struct Timeout {};     // thrown inside a long instruction, caught by the run loop
 struct Internal {};    // an access the checks should have refused: never corrupt memory
@@ -109,7 +111,8 @@ struct Engine {
 
   // scratch, sized by the SRAM depths once
   std::vector<uint32_t> u_dst, u_src, u_wgt;   // decoded uops of one instruction
-  std::vector<const int16_t*> tiles;           // their rearranged weight tiles (AVX2 kernel)
+  std::vector<const int16_t*> tiles;           // their rearranged weight tiles, in group order (AVX2 kernel)
+  std::vector<int64_t> src_off;                // their INP offsets (elements), in group order
   std::vector<uint32_t> order, group_end;      // uops grouped by destination row (group_by_dst)
   std::vector<int16_t> wgt_pairs;              // weight tiles rearranged for the AVX2 kernel
   std::vector<uint32_t> wgt_pairs_stamp;
@@ -322,6 +325,8 @@ struct Engine {
     group_end.clear();
     for (int64_t k = 1; k <= l.nuops; ++k)
       if (k == l.nuops || u_dst[order[k]] != u_dst[order[k - 1]]) group_end.push_back(static_cast<uint32_t>(k));
+    src_off.resize(l.nuops);
+    for (int64_t j = 0; j < l.nuops; ++j) src_off[j] = u_src[order[j]] * inp_lanes();
   }
 
   // OUT = the low 8 bits of an accumulator row. (Local restrict pointers: an int8 store may alias
@@ -352,8 +357,8 @@ struct Engine {
 
 #if defined(__AVX2__)
   // The same for 16x16 blocks with AVX2: pairs of 16-bit inputs times pairs of weights
-  // (_mm256_madd_epi16), 8 outputs per register; input pairs that are both zero are skipped
-  // (the zero-padded channels of a 3-channel image). Weight tiles are used rearranged as
+  // (_mm256_madd_epi16), 8 outputs per register; input pairs that are zero in every row an
+  // instruction reads are skipped (the zero-padded channels of a 3-channel image). Weight tiles are used rearranged as
   // pairs[k/2][o][k%2], made when a tile is first used in a run and again after a WGT load
   // overwrites it.
   static bool avx2_shape(const Params& p) { return p.block_in == 16 && p.block_out == 16; }
@@ -372,50 +377,43 @@ struct Engine {
     return dst;
   }
 
-  // ks: the group's uops; x0: the iteration's input rows; tiles[k]: uop k's rearranged tile;
-  // a, q: the accumulator and OUT rows, both written.
-  void gemm_group_avx2(int32_t* a, int8_t* q, const int8_t* x0, const uint32_t* ks, int64_t n) const {
-    for (int64_t b = 0; b < p.batch; ++b, a += 16) {
-      __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
-      __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 8));
-      __m256i lo2 = _mm256_setzero_si256(), hi2 = _mm256_setzero_si256();   // two chains: shorter latency
-      for (int64_t u = 0; u < n; ++u) {
-        const int8_t* x = x0 + (u_src[ks[u]] * p.batch + b) * 16;
-        const int16_t* w = tiles[ks[u]];
-        const __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
-        // bit kp set: the input pair (x[2kp], x[2kp+1]) is zero
-        const uint32_t zero =
-            _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x16, _mm256_setzero_si256())));
-        const __m256i pairs_lo = _mm256_permute2x128_si256(x16, x16, 0x00);   // pairs 0-3 in both halves
-        const __m256i pairs_hi = _mm256_permute2x128_si256(x16, x16, 0x11);   // pairs 4-7
-#define VTA_PAIR(kp, half, imm, L, H)                                                            \
-        {                                                                                        \
-          const __m256i xx = _mm256_shuffle_epi32(half, imm); /* pair kp in every 32-bit lane */ \
-          const __m256i* wp = reinterpret_cast<const __m256i*>(w + (kp) * 32);                   \
-          L = _mm256_add_epi32(L, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp)));                \
-          H = _mm256_add_epi32(H, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp + 1)));            \
-        }
-#define VTA_PAIR_IF(kp, half, imm, L, H) \
-        if (!(zero >> (kp) & 1)) VTA_PAIR(kp, half, imm, L, H)
-        if (zero == 0) {   // no zero pair (the usual case): no tests
-          VTA_PAIR(0, pairs_lo, 0x00, lo, hi) VTA_PAIR(1, pairs_lo, 0x55, lo2, hi2)
-          VTA_PAIR(2, pairs_lo, 0xAA, lo, hi) VTA_PAIR(3, pairs_lo, 0xFF, lo2, hi2)
-          VTA_PAIR(4, pairs_hi, 0x00, lo, hi) VTA_PAIR(5, pairs_hi, 0x55, lo2, hi2)
-          VTA_PAIR(6, pairs_hi, 0xAA, lo, hi) VTA_PAIR(7, pairs_hi, 0xFF, lo2, hi2)
-        } else {
-          VTA_PAIR_IF(0, pairs_lo, 0x00, lo, hi) VTA_PAIR_IF(1, pairs_lo, 0x55, lo2, hi2)
-          VTA_PAIR_IF(2, pairs_lo, 0xAA, lo, hi) VTA_PAIR_IF(3, pairs_lo, 0xFF, lo2, hi2)
-          VTA_PAIR_IF(4, pairs_hi, 0x00, lo, hi) VTA_PAIR_IF(5, pairs_hi, 0x55, lo2, hi2)
-          VTA_PAIR_IF(6, pairs_hi, 0xAA, lo, hi) VTA_PAIR_IF(7, pairs_hi, 0xFF, lo2, hi2)
-        }
-#undef VTA_PAIR_IF
-#undef VTA_PAIR
+  // R accumulator rows (a, a + a_step, ...; their inputs at x, x + x_step, ...) that run the same
+  // uops with the same tiles: each weight register serves R rows (register blocking), which halves
+  // the loads per multiply or better. off[u] / t[u]: uop u's input row offset and rearranged tile.
+  // The empty asm statements keep the accumulators in registers: without them the compiler
+  // reassociates the sums and spills every partial product.
+  template <int R>
+  void gemm_rows_avx2(int32_t* a, int8_t* q, int64_t a_step, const int8_t* x, int64_t x_step,
+                      const int64_t* off, const int16_t* const* t, int64_t n) const {
+    __m256i lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      lo[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * a_step));
+      hi[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * a_step + 8));
+    }
+    for (int64_t u = 0; u < n; ++u) {
+      const int16_t* w = t[u];
+      __m256i xs[R];
+      for (int r = 0; r < R; ++r)
+        xs[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + r * x_step + off[u])));
+#define VTA_PAIR(kp, sel, imm)                                                                           \
+      {                                                                                                  \
+        const __m256i wl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (kp) * 32));          \
+        const __m256i wh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (kp) * 32 + 16));     \
+        for (int r = 0; r < R; ++r) {   /* pair kp of row r in every 32-bit lane */                      \
+          const __m256i xx = _mm256_shuffle_epi32(_mm256_permute2x128_si256(xs[r], xs[r], sel), imm);    \
+          lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(xx, wl));                                    \
+          hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(xx, wh));                                    \
+        }                                                                                                \
+        for (int r = 0; r < R; ++r) __asm__("" : "+x"(lo[r]), "+x"(hi[r]));                              \
       }
-      lo = _mm256_add_epi32(lo, lo2);
-      hi = _mm256_add_epi32(hi, hi2);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a), lo);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + 8), hi);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 16), low_bytes(lo, hi));
+      VTA_PAIR(0, 0x00, 0x00) VTA_PAIR(1, 0x00, 0x55) VTA_PAIR(2, 0x00, 0xAA) VTA_PAIR(3, 0x00, 0xFF)
+      VTA_PAIR(4, 0x11, 0x00) VTA_PAIR(5, 0x11, 0x55) VTA_PAIR(6, 0x11, 0xAA) VTA_PAIR(7, 0x11, 0xFF)
+#undef VTA_PAIR
+    }
+    for (int r = 0; r < R; ++r) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + r * a_step), lo[r]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + r * a_step + 8), hi[r]);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + r * a_step), low_bytes(lo[r], hi[r]));
     }
   }
 
@@ -440,28 +438,55 @@ struct Engine {
       if ((zero >> (2 * kp) & 3) != 3) active_pairs[num_active++] = kp;
   }
 
-  // The same as gemm_group_avx2 over the active pairs only (used when some pair is zero in every row).
-  void gemm_group_avx2_sparse(int32_t* a, int8_t* q, const int8_t* x0, const uint32_t* ks, int64_t n) const {
-    __m256i pick[8];
-    for (int m = 0; m < num_active; ++m) pick[m] = _mm256_set1_epi32(active_pairs[m]);
-    for (int64_t b = 0; b < p.batch; ++b, a += 16) {
-      __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
-      __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 8));
-      for (int64_t u = 0; u < n; ++u) {
-        const int8_t* x = x0 + (u_src[ks[u]] * p.batch + b) * 16;
-        const int16_t* w = tiles[ks[u]];
-        const __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
-        for (int m = 0; m < num_active; ++m) {
-          const __m256i xx = _mm256_permutevar8x32_epi32(x16, pick[m]);   // the pair in every 32-bit lane
-          const __m256i* wp = reinterpret_cast<const __m256i*>(w + active_pairs[m] * 32);
-          lo = _mm256_add_epi32(lo, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp)));
-          hi = _mm256_add_epi32(hi, _mm256_madd_epi16(xx, _mm256_loadu_si256(wp + 1)));
-        }
-      }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a), lo);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + 8), hi);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 16), low_bytes(lo, hi));
+  // The same over the active pairs only (used when some pair is zero in every row).
+  template <int R>
+  void gemm_rows_avx2_sparse(int32_t* a, int8_t* q, int64_t a_step, const int8_t* x, int64_t x_step,
+                             const int64_t* off, const int16_t* const* t, int64_t n) const {
+    __m256i lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      lo[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * a_step));
+      hi[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * a_step + 8));
     }
+    for (int64_t u = 0; u < n; ++u) {
+      const int16_t* w = t[u];
+      __m256i xs[R];
+      for (int r = 0; r < R; ++r)
+        xs[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + r * x_step + off[u])));
+      for (int m = 0; m < num_active; ++m) {
+        const __m256i pick = _mm256_set1_epi32(active_pairs[m]);
+        const __m256i* wp = reinterpret_cast<const __m256i*>(w + active_pairs[m] * 32);
+        const __m256i wl = _mm256_loadu_si256(wp), wh = _mm256_loadu_si256(wp + 1);
+        for (int r = 0; r < R; ++r) {
+          const __m256i xx = _mm256_permutevar8x32_epi32(xs[r], pick);   // the pair in every 32-bit lane
+          lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(xx, wl));
+          hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(xx, wh));
+        }
+        for (int r = 0; r < R; ++r) __asm__("" : "+x"(lo[r]), "+x"(hi[r]));
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + r * a_step), lo[r]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + r * a_step + 8), hi[r]);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + r * a_step), low_bytes(lo[r], hi[r]));
+    }
+  }
+
+  // Rows i0 .. i0+n-1 (steps a_step, x_step) of one batch element, in blocks of kBlockRows.
+  template <bool kSparse>
+  void gemm_rows(int32_t* a, int8_t* q, int64_t a_step, const int8_t* x, int64_t x_step, int64_t rows,
+                 const int64_t* off, const int16_t* const* t, int64_t n) const {
+    int64_t i = 0;
+    auto run = [&](auto block) {
+      constexpr int R = decltype(block)::value;
+      if (kSparse)
+        gemm_rows_avx2_sparse<R>(a + i * a_step, q + i * a_step, a_step, x + i * x_step, x_step, off, t, n);
+      else
+        gemm_rows_avx2<R>(a + i * a_step, q + i * a_step, a_step, x + i * x_step, x_step, off, t, n);
+      i += R;
+    };
+    for (; i + kBlockRows <= rows;) run(std::integral_constant<int, kBlockRows>{});
+    if (i + 2 <= rows) run(std::integral_constant<int, 2>{});
+    if (i < rows) run(std::integral_constant<int, 1>{});
   }
 
   // The low byte of each of the 16 int32 lanes of (lo, hi), in order: the OUT row.
@@ -525,7 +550,7 @@ struct Engine {
 
   void set_tiles(const Loops& l, int64_t w0) {
 #if defined(__AVX2__)
-    for (int64_t k = 0; k < l.nuops; ++k) tiles[k] = pairs_of(w0 + u_wgt[k]);
+    for (int64_t j = 0; j < l.nuops; ++j) tiles[j] = pairs_of(w0 + u_wgt[order[j]]);
 #else
     (void)l;
     (void)w0;
@@ -539,18 +564,26 @@ struct Engine {
     const int64_t count = end - begin;
     int64_t row = o * l.dst_out + i0 * l.dst_in + u_dst[ks[0]];
     const int8_t* x0 = inp + (o * l.src_out + i0 * l.src_in) * il;
-    for (int64_t i = 0; i < n; ++i, row += l.dst_in, x0 += l.src_in * il) {
 #if defined(__AVX2__)
-      if (fast) {
-        if (num_active == 8)
-          gemm_group_avx2(acc + row * lanes, out + row * lanes, x0, ks, count);
-        else
-          gemm_group_avx2_sparse(acc + row * lanes, out + row * lanes, x0, ks, count);
-        continue;
-      }
+    if (fast) {
+      // rows of different i are different accumulators unless dst_in is 0: then one after another
+      const int64_t blocked = l.dst_in ? n : 1;
+      for (int64_t i = 0; i < n; i += blocked)
+        for (int64_t b = 0; b < p.batch; ++b) {
+          int32_t* a = acc + (row + i * l.dst_in) * lanes + b * 16;
+          int8_t* q = out + (row + i * l.dst_in) * lanes + b * 16;
+          const int8_t* x = x0 + i * l.src_in * il + b * 16;
+          if (num_active == 8)
+            gemm_rows<false>(a, q, l.dst_in * lanes, x, l.src_in * il, blocked, &src_off[begin], &tiles[begin], count);
+          else
+            gemm_rows<true>(a, q, l.dst_in * lanes, x, l.src_in * il, blocked, &src_off[begin], &tiles[begin], count);
+        }
+      return;
+    }
 #else
-      (void)fast;
+    (void)fast;
 #endif
+    for (int64_t i = 0; i < n; ++i, row += l.dst_in, x0 += l.src_in * il) {
       gemm_group_generic(acc + row * lanes, x0, wgt + (o * l.wgt_out + (i0 + i) * l.wgt_in) * wl, ks, count);
       write_out(row);
     }
