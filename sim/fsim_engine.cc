@@ -87,7 +87,7 @@ constexpr int kReportLen = 10;
 using Clock = std::chrono::steady_clock;
 // Uop iterations between two looks at the clock (a few tens of microseconds of work).
 constexpr int64_t kClockEvery = 1 << 13;
-constexpr int kBlockRows = 4;   // accumulator rows the AVX2 GEMM kernel keeps in registers at once
+constexpr int kBlockRows = 4;   // (at most 4: the rest takes one block of 1-3) accumulator rows the AVX2 GEMM kernel keeps in registers at once
 
 struct Timeout {};     // thrown inside a long instruction, caught by the run loop
 struct Internal {};    // an access the checks should have refused: never corrupt memory
@@ -485,8 +485,12 @@ struct Engine {
       i += R;
     };
     for (; i + kBlockRows <= rows;) run(std::integral_constant<int, kBlockRows>{});
-    if (i + 2 <= rows) run(std::integral_constant<int, 2>{});
-    if (i < rows) run(std::integral_constant<int, 1>{});
+    switch (rows - i) {   // the rest in one block
+      case 3: run(std::integral_constant<int, 3>{}); break;
+      case 2: run(std::integral_constant<int, 2>{}); break;
+      case 1: run(std::integral_constant<int, 1>{}); break;
+      default: break;
+    }
   }
 
   // The low byte of each of the 16 int32 lanes of (lo, hi), in order: the OUT row.
