@@ -87,6 +87,7 @@ constexpr int kReportLen = 10;
 using Clock = std::chrono::steady_clock;
 // Uop iterations between two looks at the clock (a few tens of microseconds of work).
 constexpr int64_t kClockEvery = 1 << 13;
+constexpr int64_t kFoldUops = 1 << 14;   // at most this many uops after fold_outer_loop
 constexpr int kBlockRows = 4;   // (at most 4: the rest takes one block of 1-3) accumulator rows the AVX2 GEMM kernel keeps in registers at once
 
 struct Timeout {};     // thrown inside a long instruction, caught by the run loop
@@ -366,12 +367,27 @@ struct Engine {
   const int16_t* pairs_of(int64_t t) {
     int16_t* dst = wgt_pairs.data() + t * 256;
     if (wgt_pairs_stamp[t] != pairs_stamp) {
+      // Row o sign-extended is 8 dwords, dword kp = pair kp of row o; pairs[kp] lists the dwords
+      // of column kp: two 8x8 dword transposes (rows 0-7 and 8-15).
       const int8_t* m = wgt + t * 256;
-      for (int kp = 0; kp < 8; ++kp)
-        for (int o = 0; o < 16; ++o) {
-          dst[kp * 32 + 2 * o] = m[o * 16 + 2 * kp];
-          dst[kp * 32 + 2 * o + 1] = m[o * 16 + 2 * kp + 1];
+      for (int half = 0; half < 2; ++half) {
+        __m256i r[8], u[8];
+        for (int o = 0; o < 8; ++o)
+          r[o] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m + (half * 8 + o) * 16)));
+        for (int g = 0; g < 8; g += 4) {   // rows g..g+3: u[g + c] = column c (and c + 4) of them
+          const __m256i t0 = _mm256_unpacklo_epi32(r[g], r[g + 1]), t1 = _mm256_unpackhi_epi32(r[g], r[g + 1]);
+          const __m256i t2 = _mm256_unpacklo_epi32(r[g + 2], r[g + 3]), t3 = _mm256_unpackhi_epi32(r[g + 2], r[g + 3]);
+          u[g] = _mm256_unpacklo_epi64(t0, t2);
+          u[g + 1] = _mm256_unpackhi_epi64(t0, t2);
+          u[g + 2] = _mm256_unpacklo_epi64(t1, t3);
+          u[g + 3] = _mm256_unpackhi_epi64(t1, t3);
         }
+        for (int c = 0; c < 4; ++c) {
+          __m256i* col = reinterpret_cast<__m256i*>(dst + half * 16);
+          _mm256_storeu_si256(col + c * 2, _mm256_permute2x128_si256(u[c], u[c + 4], 0x20));         // pair c
+          _mm256_storeu_si256(col + (c + 4) * 2, _mm256_permute2x128_si256(u[c], u[c + 4], 0x31));   // pair c + 4
+        }
+      }
       wgt_pairs_stamp[t] = pairs_stamp;
     }
     return dst;
@@ -438,8 +454,8 @@ struct Engine {
       if ((zero >> (2 * kp) & 3) != 3) active_pairs[num_active++] = kp;
   }
 
-  // The same over the active pairs only (used when some pair is zero in every row).
-  template <int R>
+  // The same over the NA active pairs only (used when some pair is zero in every row).
+  template <int R, int NA>
   void gemm_rows_avx2_sparse(int32_t* a, int8_t* q, int64_t a_step, const int8_t* x, int64_t x_step,
                              const int64_t* off, const int16_t* const* t, int64_t n) const {
     __m256i lo[R], hi[R];
@@ -449,15 +465,15 @@ struct Engine {
     }
     for (int64_t u = 0; u < n; ++u) {
       const int16_t* w = t[u];
-      __m256i xs[R];
-      for (int r = 0; r < R; ++r)
-        xs[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + r * x_step + off[u])));
-      for (int m = 0; m < num_active; ++m) {
-        const __m256i pick = _mm256_set1_epi32(active_pairs[m]);
-        const __m256i* wp = reinterpret_cast<const __m256i*>(w + active_pairs[m] * 32);
+      const int8_t* xu = x + off[u];
+      for (int m = 0; m < NA; ++m) {
+        const int kp = active_pairs[m];
+        const __m256i* wp = reinterpret_cast<const __m256i*>(w + kp * 32);
         const __m256i wl = _mm256_loadu_si256(wp), wh = _mm256_loadu_si256(wp + 1);
         for (int r = 0; r < R; ++r) {
-          const __m256i xx = _mm256_permutevar8x32_epi32(xs[r], pick);   // the pair in every 32-bit lane
+          int16_t pair;   // bytes 2kp, 2kp+1 of row r
+          std::memcpy(&pair, xu + r * x_step + 2 * kp, 2);
+          const __m256i xx = _mm256_cvtepi8_epi16(_mm_set1_epi16(pair));   // the pair sign-extended, in every 32-bit lane
           lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(xx, wl));
           hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(xx, wh));
         }
@@ -472,16 +488,17 @@ struct Engine {
   }
 
   // Rows i0 .. i0+n-1 (steps a_step, x_step) of one batch element, in blocks of kBlockRows.
-  template <bool kSparse>
+  // NA: the number of active input pairs (8: the dense kernel).
+  template <int NA>
   void gemm_rows(int32_t* a, int8_t* q, int64_t a_step, const int8_t* x, int64_t x_step, int64_t rows,
                  const int64_t* off, const int16_t* const* t, int64_t n) const {
     int64_t i = 0;
     auto run = [&](auto block) {
       constexpr int R = decltype(block)::value;
-      if (kSparse)
-        gemm_rows_avx2_sparse<R>(a + i * a_step, q + i * a_step, a_step, x + i * x_step, x_step, off, t, n);
-      else
+      if constexpr (NA == 8)
         gemm_rows_avx2<R>(a + i * a_step, q + i * a_step, a_step, x + i * x_step, x_step, off, t, n);
+      else
+        gemm_rows_avx2_sparse<R, NA>(a + i * a_step, q + i * a_step, a_step, x + i * x_step, x_step, off, t, n);
       i += R;
     };
     for (; i + kBlockRows <= rows;) run(std::integral_constant<int, kBlockRows>{});
@@ -521,13 +538,16 @@ struct Engine {
     if (!within(top(u_src, l, l.src_out, l.src_in), p.inp_depth, GEMM_SRC, report)) return ST_SRAM_INDEX;
     if (!within(top(u_wgt, l, l.wgt_out, l.wgt_in), p.wgt_depth, GEMM_WGT, report)) return ST_SRAM_INDEX;
     count(C_GEMM, l.nuops * l.iter_out * l.iter_in);
-    group_by_dst(l);
 #if defined(__AVX2__)
     const bool fast = !generic_gemm && avx2_shape(p);
-    if (fast) find_active_pairs(l);
+    if (fast) {
+      find_active_pairs(l);
+      fold_outer_loop(l);
+    }
 #else
     const bool fast = false;
 #endif
+    group_by_dst(l);
     for (int64_t o = 0; o < l.iter_out; ++o) {
       if (l.wgt_in == 0) {   // the tiles stay the same for all i: each group runs over i with its tiles hot
         if (fast && (o == 0 || l.wgt_out)) set_tiles(l, o * l.wgt_out);
@@ -550,6 +570,27 @@ struct Engine {
       }
     }
     return ST_OK;
+  }
+
+  // An outer loop that only accumulates (dst_out 0: over input-channel blocks, say) with weights
+  // fixed over the inner loop becomes more uops of a single outer iteration, so that each
+  // accumulator row is loaded and stored once per block of rows instead of iter_out times.
+  // (Bounded by kFoldUops: the uop arrays stay small.)
+  void fold_outer_loop(Loops& l) {
+    if (l.dst_out != 0 || l.wgt_in != 0 || l.iter_out < 2 || l.iter_out * l.nuops > kFoldUops) return;
+    const int64_t n = l.nuops, total = n * l.iter_out;
+    u_dst.resize(total);
+    u_src.resize(total);
+    u_wgt.resize(total);
+    tiles.resize(total);
+    for (int64_t o = l.iter_out - 1; o > 0; --o)   // iteration 0 is the uops as they are
+      for (int64_t k = 0; k < n; ++k) {
+        u_dst[o * n + k] = u_dst[k];
+        u_src[o * n + k] = static_cast<uint32_t>(u_src[k] + o * l.src_out);
+        u_wgt[o * n + k] = static_cast<uint32_t>(u_wgt[k] + o * l.wgt_out);
+      }
+    l.nuops = total;
+    l.iter_out = 1;
   }
 
   void set_tiles(const Loops& l, int64_t w0) {
@@ -577,10 +618,20 @@ struct Engine {
           int32_t* a = acc + (row + i * l.dst_in) * lanes + b * 16;
           int8_t* q = out + (row + i * l.dst_in) * lanes + b * 16;
           const int8_t* x = x0 + i * l.src_in * il + b * 16;
-          if (num_active == 8)
-            gemm_rows<false>(a, q, l.dst_in * lanes, x, l.src_in * il, blocked, &src_off[begin], &tiles[begin], count);
-          else
-            gemm_rows<true>(a, q, l.dst_in * lanes, x, l.src_in * il, blocked, &src_off[begin], &tiles[begin], count);
+          const int64_t a_step = l.dst_in * lanes, x_step = l.src_in * il;
+          const int64_t* off = &src_off[begin];
+          const int16_t* const* t = &tiles[begin];
+          switch (num_active) {   // 0: every input pair is zero, the sums stay; OUT is still written
+            case 0:
+            case 1: gemm_rows<1>(a, q, a_step, x, x_step, blocked, off, t, num_active ? count : 0); break;
+            case 2: gemm_rows<2>(a, q, a_step, x, x_step, blocked, off, t, count); break;
+            case 3: gemm_rows<3>(a, q, a_step, x, x_step, blocked, off, t, count); break;
+            case 4: gemm_rows<4>(a, q, a_step, x, x_step, blocked, off, t, count); break;
+            case 5: gemm_rows<5>(a, q, a_step, x, x_step, blocked, off, t, count); break;
+            case 6: gemm_rows<6>(a, q, a_step, x, x_step, blocked, off, t, count); break;
+            case 7: gemm_rows<7>(a, q, a_step, x, x_step, blocked, off, t, count); break;
+            default: gemm_rows<8>(a, q, a_step, x, x_step, blocked, off, t, count);
+          }
         }
       return;
     }

@@ -233,9 +233,10 @@ def test_fast_gemm_kernel_equals_the_plain_loop_and_numpy(zero_lanes):
         assert np.array_equal(results[0][1][rows], want[rows].astype(np.int8))
 
 
-def blocked_gemm_case(dev, rng, iter_in, dst_in, zero_lanes):
+def blocked_gemm_case(dev, rng, iter_in, dst_in, dst_out, zero_lanes):
     """A GEMM shaped like a convolution's: groups of 9 uops per destination row, weights that stay the
-    same over the inner loop (so the AVX2 kernel runs up to 4 rows per weight load), ``iter_in`` rows."""
+    same over the inner loop (so the AVX2 kernel runs up to 4 rows per weight load), ``iter_in`` rows;
+    ``dst_out`` 0: the outer loop accumulates into the same rows (over input-channel blocks)."""
     cfg, isa = dev.config, dev.config.isa
     dev.inp[:] = rng.integers(-128, 128, dev.inp.shape, dtype=np.int8)
     for lane in zero_lanes:
@@ -243,7 +244,7 @@ def blocked_gemm_case(dev, rng, iter_in, dst_in, zero_lanes):
     dev.wgt[:] = rng.integers(-128, 128, dev.wgt.shape, dtype=np.int8)
     dev.acc[:] = rng.integers(-(1 << 30), 1 << 30, dev.acc.shape, dtype=np.int32)
     it_o = 3
-    f = {"dst_factor_out": 40, "dst_factor_in": dst_in, "src_factor_out": 50, "src_factor_in": 2,
+    f = {"dst_factor_out": dst_out, "dst_factor_in": dst_in, "src_factor_out": 50, "src_factor_in": 2,
          "wgt_factor_out": 27, "wgt_factor_in": 0}
     uops = [(100 + g * 11, 3 * g + k % 3 + 17 * (k // 3), 9 * g + k) for g in range(3) for k in range(9)]
     order = rng.permutation(len(uops))   # the engine groups them by destination itself
@@ -255,17 +256,20 @@ def blocked_gemm_case(dev, rng, iter_in, dst_in, zero_lanes):
 
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("dst_in", [0, 1, 3])
-@pytest.mark.parametrize("zero_lanes", [(), (0, 1, 5, 8, 9, 14)], ids=["dense", "scattered"])
-def test_fast_gemm_register_blocks_equal_numpy(batch, dst_in, zero_lanes):
+@pytest.mark.parametrize("dst_out", [40, 0])
+@pytest.mark.parametrize("zero_lanes", [(), (0, 1, 5, 8, 9, 14), tuple(range(2, 16))],
+                         ids=["dense", "scattered", "1-pair"])
+def test_fast_gemm_register_blocks_equal_numpy(batch, dst_in, dst_out, zero_lanes):
     """Every row count 1-9 (blocks of 4 and a rest of 1-3), inner loops whose rows alias (dst_in 0: the
-    same accumulator row every iteration) or interleave with other groups' rows (dst_in 1, 3)."""
+    same accumulator row every iteration) or interleave with other groups' rows (dst_in 1, 3), outer
+    loops over other rows or over the same ones (folded into one iteration by the engine)."""
     cfg = load_config().replace(LOG_BATCH=batch.bit_length() - 1)
     dev = FsimDevice(cfg)
     if not dev.engine.has_fast_gemm:
         pytest.skip("no AVX2 kernel on this machine or config")
-    rng = np.random.default_rng(batch * 100 + dst_in)
+    rng = np.random.default_rng(batch * 100 + dst_in * 10 + dst_out)
     for iter_in in range(1, 10):
-        words, uops, it_o, f = blocked_gemm_case(dev, rng, iter_in, dst_in, zero_lanes)
+        words, uops, it_o, f = blocked_gemm_case(dev, rng, iter_in, dst_in, dst_out, zero_lanes)
         want = dev.acc.astype(np.int64).reshape(-1, cfg.BATCH, cfg.BLOCK_OUT)
         inp = dev.inp.reshape(-1, cfg.BATCH, cfg.BLOCK_IN).astype(np.int64)
         wgt = dev.wgt.reshape(-1, cfg.BLOCK_OUT, cfg.BLOCK_IN).astype(np.int64)
