@@ -87,7 +87,7 @@ constexpr int kReportLen = 10;
 using Clock = std::chrono::steady_clock;
 // Uop iterations between two looks at the clock (a few tens of microseconds of work).
 constexpr int64_t kClockEvery = 1 << 13;
-constexpr int64_t kFoldUops = 1 << 14;   // at most this many uops after fold_outer_loop
+constexpr int64_t kFoldUops = 1 << 14;   // at most this many uops after fold_accumulating_loop
 constexpr int kBlockRows = 4;   // (at most 4: the rest takes one block of 1-3) accumulator rows the AVX2 GEMM kernel keeps in registers at once
 
 struct Timeout {};     // thrown inside a long instruction, caught by the run loop
@@ -510,14 +510,16 @@ struct Engine {
     }
   }
 
-  // The low byte of each of the 16 int32 lanes of (lo, hi), in order: the OUT row.
+  // The low byte of each of the 16 int32 lanes of (lo, hi), in order: the OUT row. Each 128-bit
+  // half gathers its low bytes: dword 0 from lo, dword 1 from hi; then dwords 0, 4, 1, 5 in order.
   static __m128i low_bytes(__m256i lo, __m256i hi) {
-    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,   //
-                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-    const __m256i gather = _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0);   // dwords 0 (lanes 0-3) and 4 (4-7)
-    __m256i l = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(lo, pick), gather);
-    __m256i h = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(hi, pick), gather);
-    return _mm_unpacklo_epi64(_mm256_castsi256_si128(l), _mm256_castsi256_si128(h));
+    const __m256i from_lo = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,   //
+                                             0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i from_hi = _mm256_setr_epi8(-1, -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,   //
+                                             -1, -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i both = _mm256_or_si256(_mm256_shuffle_epi8(lo, from_lo), _mm256_shuffle_epi8(hi, from_hi));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0);
+    return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(both, order));
   }
 #endif
 
@@ -542,7 +544,7 @@ struct Engine {
     const bool fast = !generic_gemm && avx2_shape(p);
     if (fast) {
       find_active_pairs(l);
-      fold_outer_loop(l);
+      fold_accumulating_loop(l);
     }
 #else
     const bool fast = false;
@@ -572,25 +574,37 @@ struct Engine {
     return ST_OK;
   }
 
-  // An outer loop that only accumulates (dst_out 0: over input-channel blocks, say) with weights
-  // fixed over the inner loop becomes more uops of a single outer iteration, so that each
-  // accumulator row is loaded and stored once per block of rows instead of iter_out times.
-  // (Bounded by kFoldUops: the uop arrays stay small.)
-  void fold_outer_loop(Loops& l) {
-    if (l.dst_out != 0 || l.wgt_in != 0 || l.iter_out < 2 || l.iter_out * l.nuops > kFoldUops) return;
-    const int64_t n = l.nuops, total = n * l.iter_out;
-    u_dst.resize(total);
-    u_src.resize(total);
-    u_wgt.resize(total);
-    tiles.resize(total);
-    for (int64_t o = l.iter_out - 1; o > 0; --o)   // iteration 0 is the uops as they are
+  // A loop that only accumulates (its dst factor is 0: over input-channel blocks or kernel rows,
+  // say) becomes more uops of one iteration, and the other loop is made the inner one, so that
+  // each accumulator row is loaded and stored once per block of rows instead of once per
+  // iteration of that loop. Exact: a GEMM only adds into ACC, in any order. (Bounded by
+  // kFoldUops: the uop arrays stay small.)
+  void fold_accumulating_loop(Loops& l) {
+    const bool outer = l.iter_out > 1 && l.dst_out == 0 && l.wgt_in == 0;   // rows: the inner loop
+    const bool inner = !outer && l.iter_in > 1 && l.dst_in == 0;          // rows: the outer loop
+    if (!outer && !inner) return;
+    const int64_t n = l.nuops, iters = outer ? l.iter_out : l.iter_in;
+    if (n * iters > kFoldUops) return;
+    const int64_t src_f = outer ? l.src_out : l.src_in, wgt_f = outer ? l.wgt_out : l.wgt_in;
+    u_dst.resize(n * iters);
+    u_src.resize(n * iters);
+    u_wgt.resize(n * iters);
+    tiles.resize(n * iters);
+    for (int64_t it = iters - 1; it > 0; --it)   // iteration 0 is the uops as they are
       for (int64_t k = 0; k < n; ++k) {
-        u_dst[o * n + k] = u_dst[k];
-        u_src[o * n + k] = static_cast<uint32_t>(u_src[k] + o * l.src_out);
-        u_wgt[o * n + k] = static_cast<uint32_t>(u_wgt[k] + o * l.wgt_out);
+        u_dst[it * n + k] = u_dst[k];
+        u_src[it * n + k] = static_cast<uint32_t>(u_src[k] + it * src_f);
+        u_wgt[it * n + k] = static_cast<uint32_t>(u_wgt[k] + it * wgt_f);
       }
-    l.nuops = total;
+    l.nuops = n * iters;
+    if (inner) {   // the outer loop becomes the inner one
+      l.iter_in = l.iter_out;
+      l.dst_in = l.dst_out;
+      l.src_in = l.src_out;
+      l.wgt_in = l.wgt_out;
+    }
     l.iter_out = 1;
+    l.dst_out = l.src_out = l.wgt_out = 0;
   }
 
   void set_tiles(const Loops& l, int64_t w0) {

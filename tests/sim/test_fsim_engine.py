@@ -233,60 +233,77 @@ def test_fast_gemm_kernel_equals_the_plain_loop_and_numpy(zero_lanes):
         assert np.array_equal(results[0][1][rows], want[rows].astype(np.int8))
 
 
-def blocked_gemm_case(dev, rng, iter_in, dst_in, dst_out, zero_lanes):
-    """A GEMM shaped like a convolution's: groups of 9 uops per destination row, weights that stay the
-    same over the inner loop (so the AVX2 kernel runs up to 4 rows per weight load), ``iter_in`` rows;
-    ``dst_out`` 0: the outer loop accumulates into the same rows (over input-channel blocks)."""
+# Loop shapes of convolution GEMMs (factors; n stands for the loop whose count the test varies 1-9):
+# rows over the inner loop with the same weights (register blocks of up to 4 rows), an outer loop
+# over other rows or accumulating into the same ones (input-channel blocks), an inner loop that
+# accumulates (kernel rows, each with its own weights) under an outer loop over rows.
+LOOP_SHAPES = {
+    "rows-inner": dict(iter_out=3, iter_in="n", dst_factor_out=40, dst_factor_in=1, src_factor_out=50,
+                       src_factor_in=2, wgt_factor_out=27, wgt_factor_in=0),
+    "rows-inner-step3": dict(iter_out=3, iter_in="n", dst_factor_out=40, dst_factor_in=3, src_factor_out=50,
+                             src_factor_in=2, wgt_factor_out=27, wgt_factor_in=0),
+    "same-row-inner": dict(iter_out=3, iter_in="n", dst_factor_out=40, dst_factor_in=0, src_factor_out=50,
+                           src_factor_in=2, wgt_factor_out=27, wgt_factor_in=0),
+    "acc-outer": dict(iter_out=3, iter_in="n", dst_factor_out=0, dst_factor_in=1, src_factor_out=50,
+                      src_factor_in=2, wgt_factor_out=27, wgt_factor_in=0),
+    "acc-inner": dict(iter_out="n", iter_in=7, dst_factor_out=4, dst_factor_in=0, src_factor_out=8,
+                      src_factor_in=4, wgt_factor_out=0, wgt_factor_in=1),
+    "acc-inner-wgt-outer": dict(iter_out="n", iter_in=3, dst_factor_out=4, dst_factor_in=0, src_factor_out=8,
+                                src_factor_in=4, wgt_factor_out=2, wgt_factor_in=1),
+    "acc-both": dict(iter_out="n", iter_in=3, dst_factor_out=0, dst_factor_in=0, src_factor_out=8,
+                     src_factor_in=4, wgt_factor_out=2, wgt_factor_in=1),
+}
+
+
+def blocked_gemm_case(dev, rng, shape, n, zero_lanes):
+    """Random SRAMs and a GEMM of LOOP_SHAPES[shape] with ``n`` for its varied loop: groups of 9 uops per
+    destination row (a 3x3 window) in random order, ``zero_lanes`` zero in every INP row."""
     cfg, isa = dev.config, dev.config.isa
     dev.inp[:] = rng.integers(-128, 128, dev.inp.shape, dtype=np.int8)
     for lane in zero_lanes:
         dev.inp.reshape(cfg.INP_BUFF_DEPTH, cfg.BATCH, cfg.BLOCK_IN)[:, :, lane] = 0
     dev.wgt[:] = rng.integers(-128, 128, dev.wgt.shape, dtype=np.int8)
     dev.acc[:] = rng.integers(-(1 << 30), 1 << 30, dev.acc.shape, dtype=np.int32)
-    it_o = 3
-    f = {"dst_factor_out": dst_out, "dst_factor_in": dst_in, "src_factor_out": 50, "src_factor_in": 2,
-         "wgt_factor_out": 27, "wgt_factor_in": 0}
+    f = {k: n if v == "n" else v for k, v in LOOP_SHAPES[shape].items()}
     uops = [(100 + g * 11, 3 * g + k % 3 + 17 * (k // 3), 9 * g + k) for g in range(3) for k in range(9)]
-    order = rng.permutation(len(uops))   # the engine groups them by destination itself
-    uops = [uops[k] for k in order]
+    uops = [uops[k] for k in rng.permutation(len(uops))]   # the engine groups them by destination itself
     dev.uop[:len(uops), 0] = [isa.uop.encode(dst_idx=d, src_idx=s, wgt_idx=w) for d, s, w in uops]
-    gemm = isa.gemm.encode(opcode=Opcode.GEMM, uop_end=len(uops), iter_out=it_o, iter_in=iter_in, **f)
-    return [gemm, isa.finish_insn()], uops, it_o, f
+    gemm = isa.gemm.encode(opcode=Opcode.GEMM, uop_end=len(uops), **f)
+    return [gemm, isa.finish_insn()], uops, f
 
 
 @pytest.mark.parametrize("batch", [1, 2])
-@pytest.mark.parametrize("dst_in", [0, 1, 3])
-@pytest.mark.parametrize("dst_out", [40, 0])
+@pytest.mark.parametrize("shape", LOOP_SHAPES)
 @pytest.mark.parametrize("zero_lanes", [(), (0, 1, 5, 8, 9, 14), tuple(range(2, 16))],
                          ids=["dense", "scattered", "1-pair"])
-def test_fast_gemm_register_blocks_equal_numpy(batch, dst_in, dst_out, zero_lanes):
-    """Every row count 1-9 (blocks of 4 and a rest of 1-3), inner loops whose rows alias (dst_in 0: the
-    same accumulator row every iteration) or interleave with other groups' rows (dst_in 1, 3), outer
-    loops over other rows or over the same ones (folded into one iteration by the engine)."""
+def test_fast_gemm_register_blocks_equal_numpy(batch, shape, zero_lanes):
+    """Every row count 1-9 (blocks of 4 and a rest of 1-3) in every loop shape: rows that alias
+    (dst factor 0: the same accumulator row every iteration), rows interleaved with other groups' rows,
+    accumulating loops folded into the uops by the engine, against numpy in the hardware's order."""
     cfg = load_config().replace(LOG_BATCH=batch.bit_length() - 1)
     dev = FsimDevice(cfg)
     if not dev.engine.has_fast_gemm:
         pytest.skip("no AVX2 kernel on this machine or config")
-    rng = np.random.default_rng(batch * 100 + dst_in * 10 + dst_out)
-    for iter_in in range(1, 10):
-        words, uops, it_o, f = blocked_gemm_case(dev, rng, iter_in, dst_in, dst_out, zero_lanes)
+    rng = np.random.default_rng(batch * 1000 + list(LOOP_SHAPES).index(shape) * 10 + len(zero_lanes))
+    for n in range(1, 10):
+        words, uops, f = blocked_gemm_case(dev, rng, shape, n, zero_lanes)
         want = dev.acc.astype(np.int64).reshape(-1, cfg.BATCH, cfg.BLOCK_OUT)
         inp = dev.inp.reshape(-1, cfg.BATCH, cfg.BLOCK_IN).astype(np.int64)
         wgt = dev.wgt.reshape(-1, cfg.BLOCK_OUT, cfg.BLOCK_IN).astype(np.int64)
         out_before = dev.out.copy()
         touched = set()
-        for o in range(it_o):
-            for i in range(iter_in):
+        for o in range(f["iter_out"]):
+            for i in range(f["iter_in"]):
                 for d, s, w in uops:
                     d2 = d + o * f["dst_factor_out"] + i * f["dst_factor_in"]
                     want[d2] += inp[s + o * f["src_factor_out"] + i * f["src_factor_in"]] @ \
-                        wgt[w + o * f["wgt_factor_out"]].T
+                        wgt[w + o * f["wgt_factor_out"] + i * f["wgt_factor_in"]].T
                     touched.add(d2)
         want = wrap32(want.reshape(dev.acc.shape))
         run(dev, words)
-        assert np.array_equal(dev.acc, want), f"iter_in {iter_in}"
+        assert np.array_equal(dev.acc, want), f"n = {n}"
         rows = sorted(touched)
-        assert np.array_equal(dev.out[rows], want[rows].astype(np.int8)), f"iter_in {iter_in}"
+        assert np.array_equal(dev.out[rows], want[rows].astype(np.int8)), f"n = {n}"
         others = np.setdiff1d(np.arange(dev.out.shape[0]), rows)
         assert np.array_equal(dev.out[others], out_before[others])
 
