@@ -43,6 +43,15 @@ from .memory import DEFAULT_DRAM_BYTES, SimulatedDram, SimulatedMemoryDevice
 _STAGES = (Stage.LOAD, Stage.COMPUTE, Stage.STORE)
 
 
+def _sram(shape: tuple[int, int], dtype) -> np.ndarray:
+    """A zeroed SRAM array starting on a 64-byte cache line (numpy only promises 16 bytes): the
+    engine's 32-byte row accesses then never straddle two lines."""
+    nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
+    raw = np.zeros(nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
 class FsimDevice(SimulatedMemoryDevice):
     """Functional simulator implementing the ``vta_runtime.Device`` protocol."""
 
@@ -50,10 +59,10 @@ class FsimDevice(SimulatedMemoryDevice):
         cfg = self.config = load_config(config)
         self.isa = cfg.isa
         self.dram = SimulatedDram(dram_bytes)
-        self.inp = np.zeros((cfg.INP_BUFF_DEPTH, cfg.BATCH * cfg.BLOCK_IN), np.int8)
-        self.wgt = np.zeros((cfg.WGT_BUFF_DEPTH, cfg.BLOCK_OUT * cfg.BLOCK_IN), np.int8)
-        self.acc = np.zeros((cfg.ACC_BUFF_DEPTH, cfg.BATCH * cfg.BLOCK_OUT), np.int32)
-        self.out = np.zeros((cfg.ACC_BUFF_DEPTH, cfg.BATCH * cfg.BLOCK_OUT), np.int8)
+        self.inp = _sram((cfg.INP_BUFF_DEPTH, cfg.BATCH * cfg.BLOCK_IN), np.int8)
+        self.wgt = _sram((cfg.WGT_BUFF_DEPTH, cfg.BLOCK_OUT * cfg.BLOCK_IN), np.int8)
+        self.acc = _sram((cfg.ACC_BUFF_DEPTH, cfg.BATCH * cfg.BLOCK_OUT), np.int32)
+        self.out = _sram((cfg.ACC_BUFF_DEPTH, cfg.BATCH * cfg.BLOCK_OUT), np.int8)
         self.uop = np.zeros((cfg.UOP_BUFF_DEPTH, 1), np.uint32)
         self._counts = np.zeros(len(DEVICE_COUNTERS), np.int64)
         self.engine = native.Engine(cfg, DEVICE_COUNTERS)

@@ -734,9 +734,10 @@ struct Engine {
   }
 
   // The ALU's loops, in program order (later uops see earlier results).
-  template <bool kImm, typename Op>
+  // kLanes: the row width when it is known at compile time (16, the usual one), else 0.
+  template <bool kImm, int64_t kLanes, typename Op>
   void alu_loops(const Loops& l, int32_t imm, Op op) {
-    const int64_t lanes = acc_lanes(), nuops = l.nuops;
+    const int64_t lanes = kLanes ? kLanes : acc_lanes(), nuops = l.nuops;
     int32_t* const acc_rows = acc;   // locals: an int8 store would make the compiler reload members
     int8_t* const out_rows = out;
     const uint32_t* const dst = u_dst.data();
@@ -755,10 +756,11 @@ struct Engine {
 
   template <typename Op>
   void alu_loops(const Loops& l, bool use_imm, int32_t imm, Op op) {
+    const bool row16 = acc_lanes() == 16;   // a row is two registers: no loop over lanes
     if (use_imm)
-      alu_loops<true>(l, imm, op);
+      row16 ? alu_loops<true, 16>(l, imm, op) : alu_loops<true, 0>(l, imm, op);
     else
-      alu_loops<false>(l, imm, op);
+      row16 ? alu_loops<false, 16>(l, imm, op) : alu_loops<false, 0>(l, imm, op);
   }
 
   Status alu(const uint64_t* w, int64_t* report) {
