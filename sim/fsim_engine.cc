@@ -88,7 +88,10 @@ using Clock = std::chrono::steady_clock;
 // Uop iterations between two looks at the clock (a few tens of microseconds of work).
 constexpr int64_t kClockEvery = 1 << 13;
 constexpr int64_t kFoldUops = 1 << 14;   // at most this many uops after fold_accumulating_loop
-constexpr int kBlockRows = 4;   // (at most 4: the rest takes one block of 1-3) accumulator rows the AVX2 GEMM kernel keeps in registers at once
+// Accumulator rows the AVX2 GEMM kernel keeps in registers at once (at most 4: the rest of a chunk
+// takes one block of 1-3 rows).
+constexpr int kBlockRows = 4;
+constexpr int64_t kChunkRows = 64;   // rows of a GEMM group between looks at the clock (a multiple of kBlockRows)
 
 struct Timeout {};     // thrown inside a long instruction, caught by the run loop
 struct Internal {};    // an access the checks should have refused: never corrupt memory
@@ -555,8 +558,7 @@ struct Engine {
         if (fast && (o == 0 || l.wgt_out)) set_tiles(l, o * l.wgt_out);
         uint32_t begin = 0;
         for (uint32_t end : group_end) {
-          gemm_group(l, fast, o, 0, l.iter_in, begin, end);
-          tick(static_cast<int64_t>(end - begin) * l.iter_in);
+          gemm_group(l, fast, o, 0, l.iter_in, begin, end);   // ticks the clock
           begin = end;
         }
       } else {
@@ -567,7 +569,6 @@ struct Engine {
             gemm_group(l, fast, o, i, 1, begin, end);
             begin = end;
           }
-          tick(l.nuops);
         }
       }
     }
@@ -625,9 +626,11 @@ struct Engine {
     const int8_t* x0 = inp + (o * l.src_out + i0 * l.src_in) * il;
 #if defined(__AVX2__)
     if (fast) {
-      // rows of different i are different accumulators unless dst_in is 0: then one after another
-      const int64_t blocked = l.dst_in ? n : 1;
-      for (int64_t i = 0; i < n; i += blocked)
+      // rows of different i are different accumulators unless dst_in is 0: then one after another;
+      // chunks of kChunkRows rows, so that the clock is looked at inside long groups too
+      const int64_t chunk = l.dst_in ? kChunkRows : 1;
+      for (int64_t i = 0; i < n; i += chunk) {
+        const int64_t blocked = std::min(chunk, n - i);
         for (int64_t b = 0; b < p.batch; ++b) {
           int32_t* a = acc + (row + i * l.dst_in) * lanes + b * 16;
           int8_t* q = out + (row + i * l.dst_in) * lanes + b * 16;
@@ -647,6 +650,8 @@ struct Engine {
             default: gemm_rows<8>(a, q, a_step, x, x_step, blocked, off, t, count);
           }
         }
+        tick(count * blocked);
+      }
       return;
     }
 #else
@@ -655,6 +660,7 @@ struct Engine {
     for (int64_t i = 0; i < n; ++i, row += l.dst_in, x0 += l.src_in * il) {
       gemm_group_generic(acc + row * lanes, x0, wgt + (o * l.wgt_out + (i0 + i) * l.wgt_in) * wl, ks, count);
       write_out(row);
+      tick(count);
     }
   }
 
