@@ -748,6 +748,7 @@ struct Engine {
     int8_t* const out_rows = out;
     const uint32_t* const dst = u_dst.data();
     const uint32_t* const src = u_src.data();
+    int64_t pending = 0;   // uops not yet told to tick(): a local, since an int8 store may alias any member
     for (int64_t o = 0; o < l.iter_out; ++o)
       for (int64_t i = 0; i < l.iter_in; ++i) {
         const int64_t d0 = o * l.dst_out + i * l.dst_in, s0 = o * l.src_out + i * l.src_in;
@@ -756,8 +757,12 @@ struct Engine {
           alu_row<kImm>(acc_rows + d * lanes, out_rows + d * lanes, kImm ? nullptr : acc_rows + (s0 + src[k]) * lanes,
                         lanes, imm, op);
         }
-        tick(nuops);
+        if ((pending += nuops) >= kClockEvery) {
+          tick(pending);
+          pending = 0;
+        }
       }
+    tick(pending);
   }
 
   template <typename Op>
