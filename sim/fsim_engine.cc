@@ -443,13 +443,19 @@ struct Engine {
     const int64_t first = *std::min_element(u_src.begin(), u_src.begin() + l.nuops);
     const int64_t last = top(u_src, l, l.src_out, l.src_in);   // checked against the INP depth
     const int64_t row_bytes = inp_lanes();
-    __m128i any = _mm_setzero_si128();
     const int8_t* x = inp + first * row_bytes;
     const int8_t* const end = inp + (last + 1) * row_bytes;
-    for (int64_t rows = 0; x < end; x += 16) {
-      any = _mm_or_si128(any, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
-      if (++rows % 64 == 0 && _mm_movemask_epi8(_mm_cmpeq_epi16(any, _mm_setzero_si128())) == 0) break;   // all on
+    auto fold = [](__m256i v) { return _mm_or_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)); };
+    __m256i any8 = _mm256_setzero_si256();   // 8 rows of 16 bytes at a time, until every pair is on
+    bool all_on = false;
+    for (; x + 128 <= end && !all_on; x += 128) {
+      const __m256i* v = reinterpret_cast<const __m256i*>(x);
+      any8 = _mm256_or_si256(any8, _mm256_or_si256(_mm256_or_si256(_mm256_loadu_si256(v), _mm256_loadu_si256(v + 1)),
+                                                   _mm256_or_si256(_mm256_loadu_si256(v + 2), _mm256_loadu_si256(v + 3))));
+      all_on = _mm_movemask_epi8(_mm_cmpeq_epi16(fold(any8), _mm_setzero_si128())) == 0;
     }
+    __m128i any = fold(any8);
+    for (; x < end && !all_on; x += 16) any = _mm_or_si128(any, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
     // pair kp is 16-bit element kp: its two mask bits are set when both bytes are zero
     const uint32_t zero = _mm_movemask_epi8(_mm_cmpeq_epi16(any, _mm_setzero_si128()));
     num_active = 0;

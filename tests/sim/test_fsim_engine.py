@@ -314,6 +314,32 @@ def test_fast_gemm_register_blocks_equal_numpy(batch, shape, zero_lanes):
         assert np.array_equal(dev.out[others], out_before[others])
 
 
+@pytest.mark.parametrize("where", [0, 1, 100, 127, 128, 130])
+def test_a_pair_nonzero_in_one_row_only_is_not_skipped(where):
+    """The engine skips input pairs that are zero in every INP row a GEMM reads: a pair that is
+    non-zero in just one of those rows (first, early, middle, the end of the 8-row chunks the scan
+    reads, the rows after them, the last) must still count."""
+    fast, plain = FsimDevice(), FsimDevice()
+    if not fast.engine.has_fast_gemm:
+        pytest.skip("no AVX2 kernel on this machine or config")
+    plain.engine.use_generic_gemm(True)
+    isa = fast.config.isa
+    rng = np.random.default_rng(where)
+    inp = np.zeros_like(fast.inp)
+    inp[:, :2] = rng.integers(-128, 128, (inp.shape[0], 2), dtype=np.int8)   # pair 0 on everywhere
+    inp[10 + where, 9] = -77                                                  # pair 4 on in one row
+    wgt = rng.integers(-128, 128, fast.wgt.shape, dtype=np.int8)
+    results = []
+    for dev in (fast, plain):
+        dev.inp[:], dev.wgt[:], dev.acc[:] = inp, wgt, 0
+        dev.uop[0, 0] = isa.uop.encode(dst_idx=0, src_idx=10, wgt_idx=3)
+        gemm = isa.gemm.encode(opcode=Opcode.GEMM, uop_end=1, iter_out=1, iter_in=131, dst_factor_in=1, src_factor_in=1)
+        run(dev, [gemm, isa.finish_insn()])
+        results.append(dev.acc[:131].copy())
+    want = inp[10:141].astype(np.int64) @ wgt[3].reshape(16, 16).astype(np.int64).T
+    assert np.array_equal(results[1], want) and np.array_equal(results[0], want)
+
+
 def test_engine_checks_agree_with_diagnose():
     """Random instructions, legal and not: the engine refuses exactly those that diagnose refuses."""
     cfg = load_config()
