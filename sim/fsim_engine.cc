@@ -362,9 +362,9 @@ struct Engine {
 #if defined(__AVX2__)
   // The same for 16x16 blocks with AVX2: pairs of 16-bit inputs times pairs of weights
   // (_mm256_madd_epi16), 8 outputs per register; input pairs that are zero in every row an
-  // instruction reads are skipped (the zero-padded channels of a 3-channel image). Weight tiles are used rearranged as
-  // pairs[k/2][o][k%2], made when a tile is first used in a run and again after a WGT load
-  // overwrites it.
+  // instruction reads are skipped (the zero-padded channels of a 3-channel image). Weight tiles
+  // are used rearranged as pairs[k/2][o][k%2], made when a tile is first used in a run and again
+  // after a WGT load overwrites it.
   static bool avx2_shape(const Params& p) { return p.block_in == 16 && p.block_out == 16; }
 
   const int16_t* pairs_of(int64_t t) {
@@ -450,8 +450,9 @@ struct Engine {
     bool all_on = false;
     for (; x + 128 <= end && !all_on; x += 128) {
       const __m256i* v = reinterpret_cast<const __m256i*>(x);
-      any8 = _mm256_or_si256(any8, _mm256_or_si256(_mm256_or_si256(_mm256_loadu_si256(v), _mm256_loadu_si256(v + 1)),
-                                                   _mm256_or_si256(_mm256_loadu_si256(v + 2), _mm256_loadu_si256(v + 3))));
+      const __m256i rows0to3 = _mm256_or_si256(_mm256_loadu_si256(v), _mm256_loadu_si256(v + 1));
+      const __m256i rows4to7 = _mm256_or_si256(_mm256_loadu_si256(v + 2), _mm256_loadu_si256(v + 3));
+      any8 = _mm256_or_si256(any8, _mm256_or_si256(rows0to3, rows4to7));
       all_on = _mm_movemask_epi8(_mm_cmpeq_epi16(fold(any8), _mm_setzero_si128())) == 0;
     }
     __m128i any = fold(any8);
@@ -482,7 +483,7 @@ struct Engine {
         for (int r = 0; r < R; ++r) {
           int16_t pair;   // bytes 2kp, 2kp+1 of row r
           std::memcpy(&pair, xu + r * x_step + 2 * kp, 2);
-          const __m256i xx = _mm256_cvtepi8_epi16(_mm_set1_epi16(pair));   // the pair sign-extended, in every 32-bit lane
+          const __m256i xx = _mm256_cvtepi8_epi16(_mm_set1_epi16(pair));   // sign-extended, in every 32-bit lane
           lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(xx, wl));
           hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(xx, wh));
         }
@@ -496,8 +497,8 @@ struct Engine {
     }
   }
 
-  // Rows i0 .. i0+n-1 (steps a_step, x_step) of one batch element, in blocks of kBlockRows.
-  // NA: the number of active input pairs (8: the dense kernel).
+  // `rows` accumulator rows (steps a_step, x_step) of one batch element, each adding the n uops
+  // off/t, in blocks of kBlockRows. NA: the number of active input pairs (8: the dense kernel).
   template <int NA>
   void gemm_rows(int32_t* a, int8_t* q, int64_t a_step, const int8_t* x, int64_t x_step, int64_t rows,
                  const int64_t* off, const int16_t* const* t, int64_t n) const {
