@@ -119,6 +119,8 @@ struct Engine {
   std::vector<int64_t> src_off;                // their INP offsets (elements), in group order
   std::vector<uint32_t> order, group_end;      // uops grouped by destination row (group_by_dst)
   std::vector<int16_t> wgt_pairs;              // weight tiles rearranged for the AVX2 kernel
+  std::vector<int16_t> inp16;                  // INP widened to 16 bits (AVX2 sparse kernel): kept
+                                               // current by INP loads and at the start of a run
   std::vector<uint32_t> wgt_pairs_stamp;
   uint32_t pairs_stamp = 0;
   int active_pairs[8] = {0};                   // input pairs a GEMM's rows are not all zero in (AVX2 kernel)
@@ -261,6 +263,23 @@ struct Engine {
     uint64_t start = get(w, F_DRAM_BASE), stride = get(w, F_X_STRIDE);
     for (uint64_t r = 0; r < y; ++r)
       std::memcpy(block + ((yp0 + r) * cols + xp0) * eb, dram_at((start + r * stride) * eb, x * eb), x * eb);
+    if (mt == MEM_INP) widen_inp(static_cast<int64_t>(base), static_cast<int64_t>(rows * cols));
+  }
+
+  // inp16 rows [first, first + n) from INP (only the AVX2 kernel reads them).
+  void widen_inp(int64_t first, int64_t n) {
+#if defined(__AVX2__)
+    if (!avx2_shape(p)) return;
+    const int64_t lanes = inp_lanes();   // a multiple of 16
+    const int8_t* from = inp + first * lanes;
+    int16_t* to = inp16.data() + first * lanes;
+    for (int64_t j = 0; j < n * lanes; j += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + j),
+                          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from + j))));
+#else
+    (void)first;
+    (void)n;
+#endif
   }
 
   void store(const uint64_t* w) {
@@ -473,17 +492,18 @@ struct Engine {
       lo[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * a_step));
       hi[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * a_step + 8));
     }
+    const int16_t* xw = inp16.data() + (x - inp);   // the same rows, widened: a pair is one dword
     for (int64_t u = 0; u < n; ++u) {
       const int16_t* w = t[u];
-      const int8_t* xu = x + off[u];
+      const int16_t* xu = xw + off[u];
       for (int m = 0; m < NA; ++m) {
         const int kp = active_pairs[m];
         const __m256i* wp = reinterpret_cast<const __m256i*>(w + kp * 32);
         const __m256i wl = _mm256_loadu_si256(wp), wh = _mm256_loadu_si256(wp + 1);
         for (int r = 0; r < R; ++r) {
-          int16_t pair;   // bytes 2kp, 2kp+1 of row r
-          std::memcpy(&pair, xu + r * x_step + 2 * kp, 2);
-          const __m256i xx = _mm256_cvtepi8_epi16(_mm_set1_epi16(pair));   // sign-extended, in every 32-bit lane
+          int32_t pair;   // elements 2kp, 2kp+1 of row r
+          std::memcpy(&pair, xu + r * x_step + 2 * kp, 4);
+          const __m256i xx = _mm256_set1_epi32(pair);   // in every 32-bit lane
           lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(xx, wl));
           hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(xx, wh));
         }
@@ -812,6 +832,7 @@ struct Engine {
   // Before a run (or a lone instruction): the clock starts, and Python may have written the SRAMs.
   void begin(double timeout_s) {
     next_stamp(pairs_stamp, wgt_pairs_stamp);
+    widen_inp(0, p.inp_depth);
     has_deadline = timeout_s >= 0;
     if (has_deadline)
       deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
@@ -917,6 +938,7 @@ void* fsim_create(const int64_t* params, int64_t nparams) {
     for (int f = 0; f < kFlags; ++f) p.queue_of[s][f] = *v++;
   e->wgt_pairs.assign(static_cast<size_t>(p.wgt_depth) * p.block_out * p.block_in, 0);
   e->wgt_pairs_stamp.assign(p.wgt_depth, 0);
+  e->inp16.assign(static_cast<size_t>(p.inp_depth) * p.batch * p.block_in, 0);
   return e;
 }
 

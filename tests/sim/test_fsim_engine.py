@@ -340,6 +340,41 @@ def test_a_pair_nonzero_in_one_row_only_is_not_skipped(where):
     assert np.array_equal(results[1], want) and np.array_equal(results[0], want)
 
 
+def test_gemms_see_the_inp_rows_each_load_wrote():
+    """INP rows loaded twice in one run (the second load overwrites the first, with padding in the first):
+    each GEMM must use the rows as loaded before it, also in the kernels that read a widened copy
+    of INP (here 3 live channels of 16, then 1 live channel in a different pair)."""
+    results = []
+    for generic in (False, True):
+        dev = FsimDevice()
+        if not generic and not dev.engine.has_fast_gemm:
+            pytest.skip("no AVX2 kernel on this machine or config")
+        dev.engine.use_generic_gemm(generic)
+        cfg, isa = dev.config, dev.config.isa
+        rng = np.random.default_rng(7)
+        a = np.zeros((6, 16), np.int8)
+        a[:, :3] = rng.integers(-128, 128, (6, 3))
+        b = np.zeros((8, 16), np.int8)
+        b[:, 9] = rng.integers(-128, 128, 8)
+        dev.wgt[:1] = rng.integers(-128, 128, (1, 256), dtype=np.int8)
+        dev.uop[:2, 0] = [isa.uop.encode(dst_idx=d, src_idx=0, wgt_idx=0) for d in (0, 8)]
+        dev.acc[:16] = 0
+        step = dict(opcode=Opcode.GEMM, iter_out=1, iter_in=8, dst_factor_in=1, src_factor_in=1)
+        words = [isa.load(MemType.INP, 0, put(dev, a) // cfg.INP_ELEM_BYTES, 1, 6, 6, x_pad_0=1, x_pad_1=1,
+                          push_next_dep=1),
+                 isa.gemm.encode(uop_bgn=0, uop_end=1, pop_prev_dep=1, push_prev_dep=1, **step),
+                 isa.load(MemType.INP, 0, put(dev, b) // cfg.INP_ELEM_BYTES, 1, 8, 8, pop_next_dep=1,
+                          push_next_dep=1),
+                 isa.gemm.encode(uop_bgn=1, uop_end=2, pop_prev_dep=1, **step),
+                 isa.finish_insn()]
+        run(dev, words)
+        results.append(dev.acc[:16].copy())
+    w = dev.wgt[0].reshape(16, 16).astype(np.int64)
+    a_rows = np.vstack([np.zeros((1, 16), np.int64), a, np.zeros((1, 16), np.int64)])
+    want = np.vstack([a_rows @ w.T, b.astype(np.int64) @ w.T])
+    assert np.array_equal(results[1], want) and np.array_equal(results[0], want)
+
+
 def test_engine_checks_agree_with_diagnose():
     """Random instructions, legal and not: the engine refuses exactly those that diagnose refuses."""
     cfg = load_config()
