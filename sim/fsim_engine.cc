@@ -415,6 +415,24 @@ struct Engine {
     return dst;
   }
 
+  // The R accumulator rows a, a + a_step, ... into registers (8 lanes in lo, 8 in hi), and back
+  // with their OUT rows q, q + a_step, ...: the two ends of both GEMM kernels.
+  template <int R>
+  static void load_rows(__m256i* lo, __m256i* hi, const int32_t* a, int64_t a_step) {
+    for (int r = 0; r < R; ++r) {
+      lo[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * a_step));
+      hi[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * a_step + 8));
+    }
+  }
+  template <int R>
+  static void store_rows(const __m256i* lo, const __m256i* hi, int32_t* a, int8_t* q, int64_t a_step) {
+    for (int r = 0; r < R; ++r) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + r * a_step), lo[r]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + r * a_step + 8), hi[r]);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + r * a_step), low_bytes(lo[r], hi[r]));
+    }
+  }
+
   // R accumulator rows (a, a + a_step, ...; their inputs at x, x + x_step, ...) that run the same
   // uops with the same tiles: each weight register serves R rows (register blocking), which halves
   // the loads per multiply or better. off[u] / t[u]: uop u's input row offset and rearranged tile.
@@ -424,10 +442,7 @@ struct Engine {
   void gemm_rows_avx2(int32_t* a, int8_t* q, int64_t a_step, const int8_t* x, int64_t x_step,
                       const int64_t* off, const int16_t* const* t, int64_t n) const {
     __m256i lo[R], hi[R];
-    for (int r = 0; r < R; ++r) {
-      lo[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * a_step));
-      hi[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * a_step + 8));
-    }
+    load_rows<R>(lo, hi, a, a_step);
     for (int64_t u = 0; u < n; ++u) {
       const int16_t* w = t[u];
       __m256i xs[R];
@@ -448,11 +463,7 @@ struct Engine {
       VTA_PAIR(4, 0x11, 0x00) VTA_PAIR(5, 0x11, 0x55) VTA_PAIR(6, 0x11, 0xAA) VTA_PAIR(7, 0x11, 0xFF)
 #undef VTA_PAIR
     }
-    for (int r = 0; r < R; ++r) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + r * a_step), lo[r]);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + r * a_step + 8), hi[r]);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + r * a_step), low_bytes(lo[r], hi[r]));
-    }
+    store_rows<R>(lo, hi, a, q, a_step);
   }
 
   // The input pairs (lanes 2kp, 2kp+1 of every batch row) that are not zero in some INP row the GEMM
@@ -488,10 +499,7 @@ struct Engine {
   void gemm_rows_avx2_sparse(int32_t* a, int8_t* q, int64_t a_step, const int8_t* x, int64_t x_step,
                              const int64_t* off, const int16_t* const* t, int64_t n) const {
     __m256i lo[R], hi[R];
-    for (int r = 0; r < R; ++r) {
-      lo[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * a_step));
-      hi[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * a_step + 8));
-    }
+    load_rows<R>(lo, hi, a, a_step);
     const int16_t* xw = inp16.data() + (x - inp);   // the same rows, widened: a pair is one dword
     for (int64_t u = 0; u < n; ++u) {
       const int16_t* w = t[u];
@@ -510,11 +518,7 @@ struct Engine {
         for (int r = 0; r < R; ++r) __asm__("" : "+x"(lo[r]), "+x"(hi[r]));
       }
     }
-    for (int r = 0; r < R; ++r) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + r * a_step), lo[r]);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + r * a_step + 8), hi[r]);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + r * a_step), low_bytes(lo[r], hi[r]));
-    }
+    store_rows<R>(lo, hi, a, q, a_step);
   }
 
   // `rows` accumulator rows (steps a_step, x_step) of one batch element, each adding the n uops

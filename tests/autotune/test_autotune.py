@@ -127,15 +127,20 @@ def fake_record(task, tiling, cycles, config, error=None):
     return Record(task, task.space.knob_values(tiling), cycles, error, config, "test", "tsim")
 
 
+def log_records(log, task, rows):
+    """A log of ``task``'s records (tiling, cycles, error) for this configuration; returns its path."""
+    for tiling, cycles, error in rows:
+        append_record(log, fake_record(task, tiling, cycles, config_hash(vta.get_env().config), error))
+    return log
+
+
 def test_records_decide_tilings_in_single_layer_builds(tmp_path):
     env = vta.get_env()
     task = autotune.Task("conv2d", SMALL)
     cands = task.space.candidates(SMALL, env, 1)
     model, other, wrong = cands[0], cands[5], cands[7]
-    log = tmp_path / "log.jsonl"
-    for t, cyc, err in ((model, 5000, None), (other, 4000, None), (wrong, 100, "wrong result: 9 of 2048 outputs "
-                                                                            "differ from numpy")):
-        append_record(log, fake_record(task, t, cyc, config_hash(env.config), err))
+    log = log_records(tmp_path / "log.jsonl", task, ((model, 5000, None), (other, 4000, None),
+                                                   (wrong, 100, "wrong result: 9 of 2048 outputs differ from numpy")))
     assert conv2d_tiling(SMALL) == model                   # no record anywhere: the cost model
     with autotune.apply_history_best(str(log)):
         assert conv2d_tiling(SMALL) == other                # the fastest correct record, never the wrong one
@@ -153,9 +158,8 @@ def test_records_decide_group_conv2d_tilings(tmp_path):
     task = autotune.Task("group_conv2d", SMALL_DW)
     cands = task.space.candidates(SMALL_DW, env, 1)
     model, other, wrong = cands[0], cands[4], cands[6]
-    log = tmp_path / "dw.jsonl"
-    for t, cyc, err in ((model, 3000, None), (other, 2500, None), (wrong, 10, "wrong result")):
-        append_record(log, fake_record(task, t, cyc, config_hash(env.config), err))
+    log = log_records(tmp_path / "dw.jsonl", task,
+                      ((model, 3000, None), (other, 2500, None), (wrong, 10, "wrong result")))
     assert G.group_conv2d_tiling(SMALL_DW) == model != other
     with autotune.apply_history_best(str(log)):
         assert G.group_conv2d_tiling(SMALL_DW) == G.depthwise_conv2d_tiling(SMALL_DW) == other

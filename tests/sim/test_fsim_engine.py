@@ -180,15 +180,22 @@ def test_timeout_holds_inside_one_long_instruction(op):
     assert f"compute: at instruction {len(loads)} ({op.upper()}" in str(e.value)
 
 
-def random_gemm_program(dev, rng, nuops=24, zero_lanes=()):
-    """Random SRAM contents and one GEMM with random uops and loop factors inside the buffers;
-    ``zero_lanes``: input lanes (of BLOCK_IN) that are zero in every INP row, as channel padding makes."""
-    cfg, isa = dev.config, dev.config.isa
+def fill_random_srams(dev, rng, zero_lanes=()):
+    """Random INP, WGT and ACC; ``zero_lanes``: input lanes (of BLOCK_IN) that are zero in every INP
+    row, as channel padding makes."""
+    cfg = dev.config
     dev.inp[:] = rng.integers(-128, 128, dev.inp.shape, dtype=np.int8)
     for lane in zero_lanes:
         dev.inp.reshape(cfg.INP_BUFF_DEPTH, cfg.BATCH, cfg.BLOCK_IN)[:, :, lane] = 0
     dev.wgt[:] = rng.integers(-128, 128, dev.wgt.shape, dtype=np.int8)
     dev.acc[:] = rng.integers(-(1 << 30), 1 << 30, dev.acc.shape, dtype=np.int32)
+
+
+def random_gemm_program(dev, rng, nuops=24, zero_lanes=()):
+    """Random SRAM contents and one GEMM with random uops and loop factors inside the buffers;
+    ``zero_lanes``: input lanes (of BLOCK_IN) that are zero in every INP row, as channel padding makes."""
+    cfg, isa = dev.config, dev.config.isa
+    fill_random_srams(dev, rng, zero_lanes)
     it_o, it_i = 5, 7
     f = {k: int(rng.integers(0, 4)) for k in ("dst_factor_out", "dst_factor_in", "src_factor_out", "src_factor_in",
                                               "wgt_factor_out", "wgt_factor_in")}
@@ -264,12 +271,8 @@ LOOP_SHAPES = {
 def blocked_gemm_case(dev, rng, shape, n, zero_lanes):
     """Random SRAMs and a GEMM of LOOP_SHAPES[shape] with ``n`` for its varied loop: groups of 9 uops per
     destination row (a 3x3 window) in random order, ``zero_lanes`` zero in every INP row."""
-    cfg, isa = dev.config, dev.config.isa
-    dev.inp[:] = rng.integers(-128, 128, dev.inp.shape, dtype=np.int8)
-    for lane in zero_lanes:
-        dev.inp.reshape(cfg.INP_BUFF_DEPTH, cfg.BATCH, cfg.BLOCK_IN)[:, :, lane] = 0
-    dev.wgt[:] = rng.integers(-128, 128, dev.wgt.shape, dtype=np.int8)
-    dev.acc[:] = rng.integers(-(1 << 30), 1 << 30, dev.acc.shape, dtype=np.int32)
+    isa = dev.config.isa
+    fill_random_srams(dev, rng, zero_lanes)
     f = {k: n if v == "n" else v for k, v in LOOP_SHAPES[shape].items()}
     uops = [(100 + g * 11, 3 * g + k % 3 + 17 * (k // 3), 9 * g + k) for g in range(3) for k in range(9)]
     uops = [uops[k] for k in rng.permutation(len(uops))]   # the engine groups them by destination itself

@@ -91,7 +91,9 @@ class Space:
         raise NotImplementedError
 
     def unpack(self, out: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """The layer's packed output as the reference's layout: NCHW for the convolutions."""
+        from ..top import packing as P
+        return P.unpack_nchw(out)
 
     # -- generic parts
     def tiling(self, knobs: dict):
@@ -240,10 +242,6 @@ class Conv2DSpace(Space):
     def layer(self, wkl, t, env, acc_operands, shift):
         func = self.C.conv2d_layer(wkl, env, shift=shift or 0, bias=True, channel_shift=acc_operands >= 2)
         return self.C.schedule_conv2d_packed(func, t, env=env)
-
-    def unpack(self, out):
-        from ..top import packing as P
-        return P.unpack_nchw(out)
 
 
 # ------------------------------------------------------------------------------------------------ dense
@@ -414,10 +412,6 @@ class GroupConv2DSpace(Space):
         func = self.G.group_conv2d_layer(wkl, env, shift=shift or 0, bias=True, channel_shift=acc_operands >= 2)
         return self.G.schedule_group_conv2d_packed(func, t, env=env)
 
-    def unpack(self, out):
-        from ..top import packing as P
-        return P.unpack_nchw(out)
-
 
 # ------------------------------------------------------------------------------------------------ conv2d_transpose
 class Conv2DTransposeSpace(Space):
@@ -481,10 +475,6 @@ class Conv2DTransposeSpace(Space):
     def layer(self, wkl, t, env, acc_operands, shift):
         func = self.CT.conv2d_transpose_layer(wkl, env, shift=shift or 0, bias=True, channel_shift=acc_operands >= 2)
         return self.CT.schedule_conv2d_transpose_packed(func, t, env=env)
-
-    def unpack(self, out):
-        from ..top import packing as P
-        return P.unpack_nchw(out)
 
 
 register_space("conv2d", Conv2DSpace())
