@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -93,6 +94,24 @@ constexpr int64_t kFoldUops = 1 << 14;   // at most this many uops after fold_ac
 constexpr int kBlockRows = 4;
 constexpr int64_t kChunkRows = 64;   // rows of a GEMM group between looks at the clock (a multiple of kBlockRows)
 
+// 64-byte aligned storage for the tables the AVX2 kernel reads 32 bytes at a time: from the 16
+// bytes std::vector promises, every other such load would straddle two cache lines (measured 6-16%
+// slower on whole layers).
+template <typename T>
+struct LineAligned {
+  using value_type = T;
+  static constexpr std::align_val_t kLine{64};
+  LineAligned() = default;
+  template <typename U>
+  LineAligned(const LineAligned<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kLine)); }
+  void deallocate(T* ptr, size_t) { ::operator delete(ptr, kLine); }
+  template <typename U>
+  bool operator==(const LineAligned<U>&) const { return true; }
+  template <typename U>
+  bool operator!=(const LineAligned<U>&) const { return false; }
+};
+
 struct Timeout {};     // thrown inside a long instruction, caught by the run loop
 struct Internal {};    // an access the checks should have refused: never corrupt memory
 
@@ -118,9 +137,9 @@ struct Engine {
   std::vector<const int16_t*> tiles;           // their rearranged weight tiles, in group order (AVX2 kernel)
   std::vector<int64_t> src_off;                // their INP offsets (elements), in group order
   std::vector<uint32_t> order, group_end;      // uops grouped by destination row (group_by_dst)
-  std::vector<int16_t> wgt_pairs;              // weight tiles rearranged for the AVX2 kernel
-  std::vector<int16_t> inp16;                  // INP widened to 16 bits (AVX2 sparse kernel): kept
-                                               // current by INP loads and at the start of a run
+  std::vector<int16_t, LineAligned<int16_t>> wgt_pairs;   // weight tiles rearranged for the AVX2 kernel
+  std::vector<int16_t, LineAligned<int16_t>> inp16;       // INP widened to 16 bits (AVX2 sparse kernel): kept
+                                                          // current by INP loads and at the start of a run
   std::vector<uint32_t> wgt_pairs_stamp;
   uint32_t pairs_stamp = 0;
   int active_pairs[8] = {0};                   // input pairs a GEMM's rows are not all zero in (AVX2 kernel)
