@@ -138,7 +138,7 @@ struct Engine {
   std::vector<int64_t> src_off;                // their INP offsets (elements), in group order
   std::vector<uint32_t> order, group_end;      // uops grouped by destination row (group_by_dst)
   std::vector<int16_t, LineAligned<int16_t>> wgt_pairs;   // weight tiles rearranged for the AVX2 kernel
-  std::vector<int16_t, LineAligned<int16_t>> inp16;       // INP widened to 16 bits (AVX2 sparse kernel): kept
+  std::vector<int16_t, LineAligned<int16_t>> inp16;       // INP widened to 16 bits (AVX2 kernels): kept
                                                           // current by INP loads and at the start of a run
   std::vector<uint32_t> wgt_pairs_stamp;
   uint32_t pairs_stamp = 0;
@@ -398,11 +398,11 @@ struct Engine {
   }
 
 #if defined(__AVX2__)
-  // The same for 16x16 blocks with AVX2: pairs of 16-bit inputs times pairs of weights
-  // (_mm256_madd_epi16), 8 outputs per register; input pairs that are zero in every row an
-  // instruction reads are skipped (the zero-padded channels of a 3-channel image). Weight tiles
-  // are used rearranged as pairs[k/2][o][k%2], made when a tile is first used in a run and again
-  // after a WGT load overwrites it.
+  // The same for 16x16 blocks with AVX2: pairs of 16-bit inputs (read from inp16, INP widened)
+  // times pairs of weights (_mm256_madd_epi16), 8 outputs per register; input pairs that are zero
+  // in every row an instruction reads are skipped (the zero-padded channels of a 3-channel image).
+  // Weight tiles are used rearranged as pairs[k/2][o][k%2], made when a tile is first used in a
+  // run and again after a WGT load overwrites it.
   static bool avx2_shape(const Params& p) { return p.block_in == 16 && p.block_out == 16; }
 
   const int16_t* pairs_of(int64_t t) {
@@ -452,34 +452,36 @@ struct Engine {
     }
   }
 
-  // R accumulator rows (a, a + a_step, ...; their inputs at x, x + x_step, ...) that run the same
-  // uops with the same tiles: each weight register serves R rows (register blocking), which halves
-  // the loads per multiply or better. off[u] / t[u]: uop u's input row offset and rearranged tile.
-  // The empty asm statements keep the accumulators in registers: without them the compiler
-  // reassociates the sums and spills every partial product.
+  // R accumulator rows (a, a + a_step, ...; their inputs at x, x + x_step, ... in inp16) that run
+  // the same uops with the same tiles: each weight register serves R rows (register blocking),
+  // which halves the loads per multiply or better. off[u] / t[u]: uop u's input row offset and
+  // rearranged tile. The empty asm statements keep the accumulators in registers: without them the
+  // compiler reassociates the sums and spills every partial product.
   template <int R>
-  void gemm_rows_avx2(int32_t* a, int8_t* q, int64_t a_step, const int8_t* x, int64_t x_step,
+  void gemm_rows_avx2(int32_t* a, int8_t* q, int64_t a_step, const int16_t* x, int64_t x_step,
                       const int64_t* off, const int16_t* const* t, int64_t n) const {
     __m256i lo[R], hi[R];
     load_rows<R>(lo, hi, a, a_step);
     for (int64_t u = 0; u < n; ++u) {
       const int16_t* w = t[u];
-      __m256i xs[R];
-      for (int r = 0; r < R; ++r)
-        xs[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + r * x_step + off[u])));
-#define VTA_PAIR(kp, sel, imm)                                                                           \
+      __m256i xs[R][2];   // pairs 0-3 (xs[r][0]) and 4-7 (xs[r][1]) of row r, in both 128-bit halves:
+      for (int r = 0; r < R; ++r)   // a broadcast load, so a pair needs one in-lane shuffle
+        for (int h = 0; h < 2; ++h)
+          xs[r][h] = _mm256_broadcastsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + r * x_step + off[u] + 8 * h)));
+#define VTA_PAIR(kp, imm)                                                                                \
       {                                                                                                  \
         const __m256i wl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (kp) * 32));          \
         const __m256i wh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (kp) * 32 + 16));     \
         for (int r = 0; r < R; ++r) {   /* pair kp of row r in every 32-bit lane */                      \
-          const __m256i xx = _mm256_shuffle_epi32(_mm256_permute2x128_si256(xs[r], xs[r], sel), imm);    \
+          const __m256i xx = _mm256_shuffle_epi32(xs[r][(kp) / 4], imm);                                 \
           lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(xx, wl));                                    \
           hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(xx, wh));                                    \
         }                                                                                                \
         for (int r = 0; r < R; ++r) __asm__("" : "+x"(lo[r]), "+x"(hi[r]));                              \
       }
-      VTA_PAIR(0, 0x00, 0x00) VTA_PAIR(1, 0x00, 0x55) VTA_PAIR(2, 0x00, 0xAA) VTA_PAIR(3, 0x00, 0xFF)
-      VTA_PAIR(4, 0x11, 0x00) VTA_PAIR(5, 0x11, 0x55) VTA_PAIR(6, 0x11, 0xAA) VTA_PAIR(7, 0x11, 0xFF)
+      VTA_PAIR(0, 0x00) VTA_PAIR(1, 0x55) VTA_PAIR(2, 0xAA) VTA_PAIR(3, 0xFF)
+      VTA_PAIR(4, 0x00) VTA_PAIR(5, 0x55) VTA_PAIR(6, 0xAA) VTA_PAIR(7, 0xFF)
 #undef VTA_PAIR
     }
     store_rows<R>(lo, hi, a, q, a_step);
@@ -515,14 +517,13 @@ struct Engine {
 
   // The same over the NA active pairs only (used when some pair is zero in every row).
   template <int R, int NA>
-  void gemm_rows_avx2_sparse(int32_t* a, int8_t* q, int64_t a_step, const int8_t* x, int64_t x_step,
+  void gemm_rows_avx2_sparse(int32_t* a, int8_t* q, int64_t a_step, const int16_t* x, int64_t x_step,
                              const int64_t* off, const int16_t* const* t, int64_t n) const {
     __m256i lo[R], hi[R];
     load_rows<R>(lo, hi, a, a_step);
-    const int16_t* xw = inp16.data() + (x - inp);   // the same rows, widened: a pair is one dword
     for (int64_t u = 0; u < n; ++u) {
       const int16_t* w = t[u];
-      const int16_t* xu = xw + off[u];
+      const int16_t* xu = x + off[u];   // widened: a pair is one dword
       for (int m = 0; m < NA; ++m) {
         const int kp = active_pairs[m];
         const __m256i* wp = reinterpret_cast<const __m256i*>(w + kp * 32);
@@ -543,7 +544,7 @@ struct Engine {
   // `rows` accumulator rows (steps a_step, x_step) of one batch element, each adding the n uops
   // off/t, in blocks of kBlockRows. NA: the number of active input pairs (8: the dense kernel).
   template <int NA>
-  void gemm_rows(int32_t* a, int8_t* q, int64_t a_step, const int8_t* x, int64_t x_step, int64_t rows,
+  void gemm_rows(int32_t* a, int8_t* q, int64_t a_step, const int16_t* x, int64_t x_step, int64_t rows,
                  const int64_t* off, const int16_t* const* t, int64_t n) const {
     int64_t i = 0;
     auto run = [&](auto block) {
@@ -684,7 +685,7 @@ struct Engine {
         for (int64_t b = 0; b < p.batch; ++b) {
           int32_t* a = acc + (row + i * l.dst_in) * lanes + b * 16;
           int8_t* q = out + (row + i * l.dst_in) * lanes + b * 16;
-          const int8_t* x = x0 + i * l.src_in * il + b * 16;
+          const int16_t* x = inp16.data() + (x0 - inp) + i * l.src_in * il + b * 16;
           const int64_t a_step = l.dst_in * lanes, x_step = l.src_in * il;
           const int64_t* off = &src_off[begin];
           const int16_t* const* t = &tiles[begin];
