@@ -583,12 +583,7 @@ struct Engine {
     if (!within(top(u_dst, l, l.dst_out, l.dst_in), p.acc_depth, GEMM_DST, report)) return ST_SRAM_INDEX;
     const int64_t lanes = acc_lanes();
     if (get(w, F_RESET)) {   // zero the accumulators; OUT keeps its value
-      for (int64_t o = 0; o < l.iter_out; ++o)
-        for (int64_t i = 0; i < l.iter_in; ++i) {
-          int64_t d0 = o * l.dst_out + i * l.dst_in;
-          for (int64_t k = 0; k < l.nuops; ++k) std::memset(acc + (d0 + u_dst[k]) * lanes, 0, lanes * 4);
-          tick(l.nuops);
-        }
+      lanes == 16 ? reset_rows<16>(l) : reset_rows<0>(l);
       return ST_OK;
     }
     if (!within(top(u_src, l, l.src_out, l.src_in), p.inp_depth, GEMM_SRC, report)) return ST_SRAM_INDEX;
@@ -624,6 +619,20 @@ struct Engine {
       }
     }
     return ST_OK;
+  }
+
+  // A GEMM with the reset flag zeroes its destination rows. kLanes: the row width when known at
+  // compile time (16: two stores, where a memset call per row cost more than the zeroing).
+  template <int64_t kLanes>
+  void reset_rows(const Loops& l) {
+    const int64_t lanes = kLanes ? kLanes : acc_lanes();
+    int32_t* const rows = acc;
+    for (int64_t o = 0; o < l.iter_out; ++o)
+      for (int64_t i = 0; i < l.iter_in; ++i) {
+        const int64_t d0 = o * l.dst_out + i * l.dst_in;
+        for (int64_t k = 0; k < l.nuops; ++k) std::fill_n(rows + (d0 + u_dst[k]) * lanes, lanes, 0);
+        tick(l.nuops);
+      }
   }
 
   // A loop that only accumulates (its dst factor is 0: over input-channel blocks or kernel rows,
