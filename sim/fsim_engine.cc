@@ -11,7 +11,9 @@
 //  * GEMM adds inp[src] x wgt[wgt]^T into acc[dst] (32-bit wrap-around), then OUT = low 8 bits of
 //    every accumulator it wrote. The sum does not depend on the order of the additions, so the
 //    uops run in any order that is convenient (the hardware's is outer loop, inner loop, uop).
-//  * ALU runs uop by uop in program order (a uop may read what an earlier one wrote).
+//  * ALU runs uop by uop in program order (a uop may read what an earlier one wrote); a run of
+//    epilogue ALU instructions over the same rows may run fused, row by row, where that gives the
+//    same result (fused_alu).
 //  * A reset GEMM zeroes the accumulators and leaves OUT alone.
 // Extra memory is a few arrays of the SRAM depths: nothing grows with the loop counts. Long
 // instructions look at the clock every few thousand uops so a run's timeout holds inside them.
@@ -20,6 +22,7 @@
 // so fsim, tsim and the boards say the same thing about the same bad program.
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -126,6 +129,8 @@ struct Engine {
   uint64_t dram_bytes = 0;
   int64_t* counters = nullptr;
   bool generic_gemm = false;            // use the plain loop even where the AVX2 kernel applies
+  bool fuse = true;                     // fuse epilogue ALU instructions (fused_alu)
+  int64_t fused_groups = 0;             // how many groups ran fused (for tests)
 
   // deadline of the current run
   bool has_deadline = false;
@@ -142,6 +147,7 @@ struct Engine {
                                                           // current by INP loads and at the start of a run
   std::vector<uint32_t> wgt_pairs_stamp;
   uint32_t pairs_stamp = 0;
+  std::vector<std::pair<uint64_t, int32_t>> fused_steps;   // (opcode, immediate) after the first (fused_alu)
   int active_pairs[8] = {0};                   // input pairs a GEMM's rows are not all zero in (AVX2 kernel)
   int num_active = 8;
 
@@ -852,6 +858,202 @@ struct Engine {
     return ST_OK;
   }
 
+  // ------------------------------------------------------------ fused epilogues
+  // A layer's epilogue is a run of ALU instructions over one range of accumulator rows (ADD a
+  // bias, SHR, MAX, MIN), each after the LOAD of its one-uop kernel. One after another, each pass
+  // loads and stores every row and its OUT row; fused, a row is loaded once, goes through every
+  // operation in registers and is stored once. Exact when the first instruction writes each row
+  // of a contiguous range once and reads none of them, and the others are immediate operations
+  // that write that range once each: every row sees the same operations, operands and order.
+  // (The uop loads between them touch only the uop SRAM, and each instruction's uops are read
+  // before the loads after it run.)
+  static constexpr size_t kMaxFusedSteps = 16;
+
+  // [lo, hi): the ACC rows ALU instruction w writes, if it writes each of them exactly once.
+  bool alu_dst_range(const uint64_t* w, int64_t* lo, int64_t* hi) const {
+    const int64_t bgn = static_cast<int64_t>(get(w, F_ALU_UOP_BGN));
+    const int64_t n = static_cast<int64_t>(get(w, F_ALU_UOP_END)) - bgn;
+    const int64_t iter_out = static_cast<int64_t>(get(w, F_ALU_ITER_OUT));
+    const int64_t iter_in = static_cast<int64_t>(get(w, F_ALU_ITER_IN));
+    if (n <= 0 || iter_out == 0 || iter_in == 0) return false;
+    const int64_t base = uop_field(uop[bgn], F_UOP_DST);
+    for (int64_t k = 1; k < n; ++k)
+      if (uop_field(uop[bgn + k], F_UOP_DST) != base + k) return false;
+    if (iter_in > 1 && static_cast<int64_t>(get(w, F_ALU_DST_FACTOR_IN)) != n) return false;
+    if (iter_out > 1 && static_cast<int64_t>(get(w, F_ALU_DST_FACTOR_OUT)) != n * iter_in) return false;
+    *lo = base;
+    *hi = base + n * iter_in * iter_out;
+    return true;
+  }
+
+  // Runs the ALU instruction at position h of the compute queue q together with the immediate
+  // ALU instructions (and uop loads) after it that fuse with it. Returns how many entries of q
+  // ran, or 0 if none fused (then nothing ran). An instruction that pops a token ends the group:
+  // it may have to wait for another module.
+  int64_t fused_alu(const uint64_t* words, const std::vector<int64_t>& q, size_t h) {
+    const uint64_t* first = words + 2 * q[h];
+    if (h + 1 >= q.size()) return 0;
+    const uint64_t* next = words + 2 * q[h + 1];   // at a glance: can anything join?
+    const uint64_t next_op = get(next, F_OPCODE);
+    if (!(next_op == OP_ALU && get(next, F_USE_IMM)) && !(next_op == OP_LOAD && get(next, F_MEMORY_TYPE) == MEM_UOP))
+      return 0;
+    int64_t lo, hi;
+    if (!alu_dst_range(first, &lo, &hi) || hi > p.acc_depth) return 0;
+    const Loops l = loops(first, false);   // its uops, read before the loads after it
+    const bool use_imm = get(first, F_USE_IMM) != 0;
+    if (!use_imm) {
+      const int64_t src_lo = *std::min_element(u_src.begin(), u_src.begin() + l.nuops);
+      const int64_t src_top = top(u_src, l, l.src_out, l.src_in);
+      if (src_top >= p.acc_depth || (src_top >= lo && src_lo < hi)) return 0;
+    }
+    fused_steps.clear();
+    size_t taken = h + 1;   // entries [h, taken) have run (or run below)
+    for (size_t j = h + 1; j < q.size() && fused_steps.size() < kMaxFusedSteps; ++j) {
+      const uint64_t* w = words + 2 * q[j];
+      if (get(w, F_POP_PREV) || get(w, F_POP_NEXT)) break;
+      const uint64_t op = get(w, F_OPCODE);
+      if (op == OP_LOAD && get(w, F_MEMORY_TYPE) == MEM_UOP) continue;   // runs if an ALU after it joins
+      if (op != OP_ALU || !get(w, F_USE_IMM)) break;
+      for (; taken < j; ++taken) load(words + 2 * q[taken]);   // its uop loads, in order
+      int64_t lo_j, hi_j;
+      if (!alu_dst_range(w, &lo_j, &hi_j) || lo_j != lo || hi_j != hi) break;   // it runs by itself
+      fused_steps.emplace_back(get(w, F_ALU_OPCODE), static_cast<int32_t>(get_signed(w, F_IMM)));
+      taken = j + 1;
+    }
+    count(C_ALU, (hi - lo) * static_cast<int64_t>(1 + fused_steps.size()));
+    const int32_t imm = static_cast<int32_t>(get_signed(first, F_IMM));
+    const uint64_t opcode = get(first, F_ALU_OPCODE);
+    use_imm ? fused_loops<true>(l, opcode, imm) : fused_loops<false>(l, opcode, imm);
+    fused_groups += !fused_steps.empty();
+    return static_cast<int64_t>(taken - h);
+  }
+
+  int32_t alu_op(uint64_t opcode, int32_t a, int32_t b) const {
+    switch (opcode) {
+      case ALU_MIN: return AluMin{}(a, b);
+      case ALU_MAX: return AluMax{}(a, b);
+      case ALU_ADD: return AluAdd{}(a, b);
+      default: return AluShr{static_cast<int32_t>(p.shift_bits)}(a, b);
+    }
+  }
+
+  // The first instruction's loops; each row goes through its operation (immediate or source row)
+  // and then every step of fused_steps.
+  template <bool kImm>
+  void fused_loops(const Loops& l, uint64_t opcode, int32_t imm) {
+#if defined(__AVX2__)
+    if (acc_lanes() % 16 == 0) {
+      switch (opcode) {
+        case ALU_MIN: return fused_loops_avx2<kImm>(l, imm, AluMin{});
+        case ALU_MAX: return fused_loops_avx2<kImm>(l, imm, AluMax{});
+        case ALU_ADD: return fused_loops_avx2<kImm>(l, imm, AluAdd{});
+        default: return fused_loops_avx2<kImm>(l, imm, AluShr{static_cast<int32_t>(p.shift_bits)});
+      }
+    }
+#endif
+    const int64_t lanes = acc_lanes();
+    for (int64_t o = 0; o < l.iter_out; ++o)
+      for (int64_t i = 0; i < l.iter_in; ++i)
+        for (int64_t k = 0; k < l.nuops; ++k) {
+          const int64_t d = o * l.dst_out + i * l.dst_in + u_dst[k];
+          const int32_t* s = kImm ? nullptr : acc + (o * l.src_out + i * l.src_in + u_src[k]) * lanes;
+          for (int64_t j = 0; j < lanes; ++j) {
+            int32_t v = alu_op(opcode, acc[d * lanes + j], kImm ? imm : s[j]);
+            for (const auto& step : fused_steps) v = alu_op(step.first, v, step.second);
+            acc[d * lanes + j] = v;
+            out[d * lanes + j] = static_cast<int8_t>(v);
+          }
+        }
+    tick(l.nuops * l.iter_out * l.iter_in * static_cast<int64_t>(1 + fused_steps.size()));
+  }
+
+#if defined(__AVX2__)
+  // The steps as few branch-free stages: a stage adds, shifts left, shifts right (arithmetic),
+  // takes the max and then the min, each with a neutral value where unused. Consecutive steps
+  // share a stage while they come in that order: SHR, MAX, MIN is one stage.
+  struct Stage {
+    __m256i add, max, min;
+    __m128i left, right;   // counts of 32 or more give 0 / the sign, as AluShr
+  };
+  int fused_stages(Stage* stages) const {
+    int n = 0, last = 5;   // the slot the current stage used last (5: start a new stage)
+    for (const auto& [opcode, v] : fused_steps) {
+      int slot;
+      int32_t amount = 0;
+      if (opcode == ALU_SHR) {
+        const int32_t half = int32_t{1} << (p.shift_bits - 1);
+        amount = ((v & ((int32_t{1} << p.shift_bits) - 1)) ^ half) - half;
+        slot = amount < 0 ? 1 : 2;
+      } else {
+        slot = opcode == ALU_ADD ? 0 : opcode == ALU_MAX ? 3 : 4;
+      }
+      if (slot <= last) {
+        stages[n++] = {_mm256_setzero_si256(), _mm256_set1_epi32(INT32_MIN), _mm256_set1_epi32(INT32_MAX),
+                       _mm_setzero_si128(), _mm_setzero_si128()};
+      }
+      Stage& st = stages[n - 1];
+      switch (slot) {
+        case 0: st.add = _mm256_set1_epi32(v); break;
+        case 1: st.left = _mm_cvtsi32_si128(std::min(-amount, 32)); break;
+        case 2: st.right = _mm_cvtsi32_si128(std::min(amount, 32)); break;
+        case 3: st.max = _mm256_set1_epi32(v); break;
+        default: st.min = _mm256_set1_epi32(v);
+      }
+      last = slot;
+    }
+    return n;
+  }
+  static __m256i staged(__m256i x, const Stage& st) {
+    x = _mm256_sra_epi32(_mm256_sll_epi32(_mm256_add_epi32(x, st.add), st.left), st.right);
+    return _mm256_min_epi32(_mm256_max_epi32(x, st.max), st.min);
+  }
+
+  // Rows of a multiple of 16 lanes: the first instruction's operation (Op, on an immediate or a
+  // source row), then the stages, in registers.
+  template <bool kImm, typename Op>
+  void fused_loops_avx2(const Loops& l, int32_t imm, Op op) {
+    Stage stages[kMaxFusedSteps];
+    const int nstages = fused_stages(stages);
+    if (nstages == 1) return fused_loops_avx2<kImm, 1>(l, imm, op, stages, 1);   // the usual: kept in registers
+    fused_loops_avx2<kImm, 0>(l, imm, op, stages, nstages);
+  }
+  template <bool kImm, int kStages, typename Op>
+  void fused_loops_avx2(const Loops& l, int32_t imm, Op op, const Stage* stages, int nstages) {
+    if (kStages) nstages = kStages;
+    const int64_t lanes = acc_lanes();
+    int32_t* const acc_rows = acc;   // locals: an int8 store would make the compiler reload members
+    int8_t* const out_rows = out;
+    const __m256i imm_v = _mm256_set1_epi32(imm);
+    for (int64_t o = 0; o < l.iter_out; ++o)
+      for (int64_t i = 0; i < l.iter_in; ++i)
+        for (int64_t k = 0; k < l.nuops; ++k) {
+          const int64_t d = (o * l.dst_out + i * l.dst_in + u_dst[k]) * lanes;
+          const int64_t src = (o * l.src_out + i * l.src_in + u_src[k]) * lanes;
+          for (int64_t j = 0; j < lanes; j += 16) {
+            int32_t* a = acc_rows + d + j;
+            __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+            __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 8));
+            if (kImm) {
+              lo = op(lo, imm_v);
+              hi = op(hi, imm_v);
+            } else {
+              const int32_t* s = acc_rows + src + j;
+              lo = op(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+              hi = op(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 8)));
+            }
+            for (int t = 0; t < nstages; ++t) {
+              lo = staged(lo, stages[t]);
+              hi = staged(hi, stages[t]);
+            }
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(a), lo);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + 8), hi);
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(out_rows + d + j), low_bytes(lo, hi));
+          }
+        }
+    tick(l.nuops * l.iter_out * l.iter_in * static_cast<int64_t>(1 + fused_steps.size()));
+  }
+#endif
+
   Status exec(const uint64_t* w, int64_t* report) {
     switch (get(w, F_OPCODE)) {
       case OP_LOAD: load(w); return ST_OK;
@@ -908,16 +1110,23 @@ struct Engine {
             if (!ready) break;
             for (int f = 0; f < 2; ++f)
               if (get(w, flags[f])) --tokens[p.queue_of[s][f]];
-            st = exec(w, report);
-            if (st != ST_OK) {   // nothing retired: report the instruction as the current one
-              for (int f = 0; f < 2; ++f)
-                if (get(w, flags[f])) ++tokens[p.queue_of[s][f]];
-              fill(current);
-              return st;
+            int64_t ran = get(w, F_OPCODE) == OP_ALU && fuse ? fused_alu(words, queue[s], head[s]) : 0;
+            if (ran == 0) {
+              st = exec(w, report);
+              if (st != ST_OK) {   // nothing retired: report the instruction as the current one
+                for (int f = 0; f < 2; ++f)
+                  if (get(w, flags[f])) ++tokens[p.queue_of[s][f]];
+                fill(current);
+                return st;
+              }
+              ran = 1;
             }
-            ++head[s];
-            for (int f = 2; f < 4; ++f)
-              if (get(w, flags[f])) ++tokens[p.queue_of[s][f]];
+            for (int64_t j = 0; j < ran; ++j) {   // the pushes of every instruction that ran
+              const uint64_t* done = words + 2 * queue[s][head[s] + j];
+              for (int f = 2; f < 4; ++f)
+                if (get(done, flags[f])) ++tokens[p.queue_of[s][f]];
+            }
+            head[s] += ran;
             progressed = true;
             if (get(w, F_OPCODE) == OP_FINISH) {
               fill(current);
@@ -991,6 +1200,8 @@ void fsim_bind(void* h, int8_t* inp, int8_t* wgt, int32_t* acc, int8_t* out, uin
 }
 
 void fsim_use_generic_gemm(void* h, int32_t on) { static_cast<Engine*>(h)->generic_gemm = on != 0; }
+void fsim_fuse_alu(void* h, int32_t on) { static_cast<Engine*>(h)->fuse = on != 0; }
+int64_t fsim_fused_groups(void* h) { return static_cast<Engine*>(h)->fused_groups; }
 
 // 1 if the AVX2 GEMM kernel was compiled in and applies to this config.
 int32_t fsim_has_fast_gemm(void* h) {

@@ -69,6 +69,8 @@ def library() -> ctypes.CDLL:
                 "fsim_destroy": ([vp], None),
                 "fsim_bind": ([vp, vp, vp, vp, vp, vp, vp, ctypes.c_uint64, vp], None),
                 "fsim_use_generic_gemm": ([vp, i32], None),
+                "fsim_fuse_alu": ([vp, i32], None),
+                "fsim_fused_groups": ([vp], i64),
                 "fsim_has_fast_gemm": ([vp], i32),
                 "fsim_check": ([vp, vp, i64, vp, vp, i64], i64),
                 "fsim_run": ([vp, vp, i64, dbl, vp], i32),
@@ -131,6 +133,15 @@ class Engine:
     def use_generic_gemm(self, on: bool) -> None:
         """Use the plain GEMM loop even where the AVX2 kernel applies (to test one against the other)."""
         self._lib.fsim_use_generic_gemm(self._handle, int(on))
+
+    def fuse_alu(self, on: bool) -> None:
+        """Fuse runs of epilogue ALU instructions over the same rows (the default), or run each alone."""
+        self._lib.fsim_fuse_alu(self._handle, int(on))
+
+    @property
+    def fused_groups(self) -> int:
+        """How many groups of ALU instructions this engine has run fused."""
+        return int(self._lib.fsim_fused_groups(self._handle))
 
     @property
     def has_fast_gemm(self) -> bool:

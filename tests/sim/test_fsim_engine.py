@@ -14,6 +14,7 @@ from sim.fsim import FsimDevice
 from vta_hw.spec import AluOp, Isa, MemType, Opcode, load_config
 from vta_runtime import DeviceTimeout, ProgramError
 from vta_runtime.diagnose import Program, check_stream
+from vta_test_helpers import alu_reference
 
 LIMIT = 256 << 20   # the most extra memory one instruction may take (README)
 LONG = 4000         # iter_out = iter_in: 16 million uop iterations in one instruction
@@ -412,3 +413,100 @@ def test_engine_checks_agree_with_diagnose():
         assert engine_ok == python_ok, (fmt.name, vals, len(words))
         verdicts[python_ok] += 1
     assert min(verdicts.values()) > 300, verdicts   # both outcomes well represented
+
+
+# ------------------------------------------------------------------ fused ALU runs
+# (op, use_imm, imm, dst, iter_out, iter_in, dst_factors, src, src_factors, pop): one ALU
+# instruction whose kernel is `uops` (dst, src) pairs; each is loaded into uop slot `slot` just
+# before it. A layer's epilogue (ADD bias, SHR, MAX, MIN over one range) is the case that fuses.
+def alu_step(op, imm=0, uops=((8, 0),), iters=(1, 24), dst=(0, 1), src=(0, 0), use_imm=1, slot=0, pop=0):
+    return dict(op=op, imm=imm, uops=uops, iters=iters, dst=dst, src=src, use_imm=use_imm, slot=slot, pop=pop)
+
+
+BIAS = dict(uops=((8, 0),), iters=(4, 6), dst=(6, 1), src=(1, 0), use_imm=0)   # rows 8-31 += bias rows 0-3
+ROWS2 = dict(uops=((40, 0), (41, 0)), iters=(1, 5), dst=(0, 2))                  # rows 40-49, two uops
+# name: (the instructions, how many groups run fused, whether the result is informative)
+FUSED_RUNS = {
+    # ADD bias, SHR, MAX, MIN, each kernel in its own slot: one group of four
+    "epilogue": ([alu_step(AluOp.ADD, slot=1, **BIAS), alu_step(AluOp.SHR, 10, slot=2),
+                  alu_step(AluOp.MAX, -100, slot=3), alu_step(AluOp.MIN, 100, slot=4)], 1, True),
+    # every kernel in slot 0 (a load overwrites the uop the instruction before it read); a left
+    # shift (-1), one that wraps (40 is -24 in 6 bits), adds between clips: several stages
+    "mixed": ([alu_step(op, imm, **ROWS2) for op, imm in (
+        (AluOp.MAX, -32000), (AluOp.ADD, 5), (AluOp.SHR, -1), (AluOp.SHR, 40), (AluOp.SHR, 22), (AluOp.ADD, -9),
+        (AluOp.MIN, 480), (AluOp.MAX, -480), (AluOp.ADD, 3))], 1, True),
+    # a left shift by 32 zeroes (a count taken mod 32 would keep the values)
+    "shift out": ([alu_step(AluOp.ADD, 1, **ROWS2), alu_step(AluOp.SHR, -32, **ROWS2)], 1, False),
+    # the first reads rows it writes (row d adds row d - 1, written just before): it runs alone,
+    # the other three fuse
+    "source inside": ([alu_step(AluOp.ADD, uops=((9, 8),), src=(0, 1), use_imm=0),
+                       *[alu_step(op, imm, uops=((9, 0),)) for op, imm in
+                         ((AluOp.SHR, 10), (AluOp.MAX, -50), (AluOp.MIN, 50))]], 1, True),
+    # the second writes other rows, or some rows twice (two uops, an inner loop, an outer loop
+    # that overlap): the first and second run alone, the last two fuse
+    **{f"then {name}": ([alu_step(AluOp.SHR, 9), alu_step(AluOp.ADD, 7, **second),
+                         alu_step(AluOp.MAX, -60), alu_step(AluOp.MIN, 60)], 1, True)
+       for name, second in (("other rows", dict(uops=((9, 0),))),
+                            ("a row twice (uops)", dict(uops=((8, 0), (8, 0)), iters=(1, 12), dst=(0, 2))),
+                            ("a row twice (inner loop)", dict(uops=((8, 0), (9, 0)), iters=(1, 12), dst=(0, 1))),
+                            ("a row twice (outer loop)", dict(iters=(2, 12), dst=(11, 1))))},
+    # the third pops a token (it may wait for another module): the group ends before it
+    "token": ([alu_step(AluOp.SHR, 8), alu_step(AluOp.MAX, -300), alu_step(AluOp.MIN, 300, pop=1),
+               alu_step(AluOp.ADD, 11)], 2, True),
+}
+
+
+def alu_run_reference(acc, steps):
+    """The ALU instructions one after another, uop by uop in loop order (the ISA's semantics): ACC, and
+    OUT (the low bytes of the rows written; the others stay 0)."""
+    acc = acc.copy()
+    written = np.zeros(len(acc), bool)
+    for st in steps:
+        for o in range(st["iters"][0]):
+            for i in range(st["iters"][1]):
+                for d, s in st["uops"]:
+                    d += o * st["dst"][0] + i * st["dst"][1]
+                    s += o * st["src"][0] + i * st["src"][1]
+                    acc[d] = alu_reference(st["op"], acc[d], st["imm"] if st["use_imm"] else acc[s])
+                    written[d] = True
+    return acc, np.where(written[:, None], acc, 0).astype(np.int8), written
+
+
+CONFIGS = {"1x16x16": {}, "2x8x8": dict(LOG_BATCH=1, LOG_BLOCK=3, LOG_WGT_BUFF_SIZE=16),
+           "1x8x8 (no AVX2 rows)": dict(LOG_BLOCK=3, LOG_WGT_BUFF_SIZE=16, LOG_ACC_BUFF_SIZE=15, LOG_INP_BUFF_SIZE=13),
+           "2x16x16": dict(LOG_BATCH=1)}
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("case", FUSED_RUNS)
+def test_fused_alu_runs_equal_numpy_and_the_unfused_engine(case, config):
+    """Runs of ALU instructions that fuse (or must not, or only in part) give the ISA's results, on
+    the AVX2 rows (16 and 32 lanes) and the plain loop (8 lanes)."""
+    steps, groups, informative = FUSED_RUNS[case]
+    cfg = load_config().replace(**CONFIGS[config])
+    rng = np.random.default_rng(11)
+    acc0 = rng.integers(-(1 << 16), 1 << 16, (64, cfg.BATCH * cfg.BLOCK_OUT), dtype=np.int32)
+    want, want_out, written = alu_run_reference(acc0, steps)
+    if informative:   # not clipped flat, not left as loaded
+        assert len(np.unique(want[written])) > 40 and np.all(np.any(want[written] != acc0[written], axis=1))
+    stats = []
+    for fuse in (True, False):
+        dev = FsimDevice(cfg)
+        isa = dev.config.isa
+        dev.engine.fuse_alu(fuse)
+        dev.acc[:64] = acc0
+        words = [isa.load(MemType.INP, 0, 0, 0, 0, 0, push_next_dep=1)] if any(st["pop"] for st in steps) else []
+        for st in steps:
+            kernel = np.array([isa.uop.encode(dst_idx=d, src_idx=s, wgt_idx=0) for d, s in st["uops"]], np.uint32)
+            words.append(isa.load(MemType.UOP, st["slot"], put(dev, kernel) // 4, 1, len(kernel), len(kernel)))
+            words.append(isa.alu.encode(
+                opcode=Opcode.ALU, uop_bgn=st["slot"], uop_end=st["slot"] + len(kernel), iter_out=st["iters"][0],
+                iter_in=st["iters"][1], dst_factor_out=st["dst"][0], dst_factor_in=st["dst"][1],
+                src_factor_out=st["src"][0], src_factor_in=st["src"][1], alu_opcode=st["op"],
+                use_imm=st["use_imm"], imm=st["imm"], pop_prev_dep=st["pop"]))
+        run(dev, words + [isa.finish_insn()])
+        assert np.array_equal(dev.acc[:64], want), f"fuse={fuse}"
+        assert np.array_equal(dev.out[:64], want_out), f"fuse={fuse}"
+        assert dev.engine.fused_groups == (groups if fuse else 0)
+        stats.append(dev.stats())
+    assert stats[0] == stats[1]
