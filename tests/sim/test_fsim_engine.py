@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from vta_test_helpers import alu_reference
 
 from sim.fsim import FsimDevice
 from vta_hw.spec import AluOp, Isa, MemType, Opcode, load_config
 from vta_runtime import DeviceTimeout, ProgramError
 from vta_runtime.diagnose import Program, check_stream
-from vta_test_helpers import alu_reference
 
 LIMIT = 256 << 20   # the most extra memory one instruction may take (README)
 LONG = 4000         # iter_out = iter_in: 16 million uop iterations in one instruction
