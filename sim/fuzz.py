@@ -13,7 +13,9 @@ processes (default: every core). A mismatch is printed and saved as a reproducer
 
 A program is a random sequence of INP/WGT/ACC/UOP loads (random sizes, strides and pads), GEMM
 and ALU instructions (random uop kernels, loop extents and factors that stay inside the buffers,
-reset GEMMs, every ALU opcode with immediates or registers) and stores. Dependency tokens are added
+reset GEMMs, every ALU opcode with immediates or registers), layer epilogues (a run of ALU
+instructions over one range of ACC rows, each after the load of its own kernel, as fsim fuses them)
+and stores. Dependency tokens are added
 exactly where two modules touch the same SRAM elements (load->compute, compute->load,
 compute->store, store->compute), so the result does not depend on timing; a few extra token
 round trips are sprinkled in. Some programs end with a dump of the whole ACC region (four shifted
@@ -242,6 +244,50 @@ class _Gen:
                           "src_factor_out": f["src"][0], "src_factor_in": f["src"][1],
                           "alu_opcode": int(op), "use_imm": int(use_imm), "imm": imm})
 
+    def epilogue(self) -> None:
+        """A layer's epilogue: an ALU instruction over a range of ACC rows (with an immediate, or source
+        rows that may overlap the range), then immediate ALU instructions over the same rows, each
+        loop shape writing every row once (now and then one that does not), each kernel loaded into
+        the uop SRAM just before it."""
+        r = self.rnd
+        n = r.randrange(1, min(self.R["acc"], 96 if self.big else 24) + 1)
+        base = r.randrange(0, self.R["acc"] - n + 1)
+        for step in range(r.randrange(2, 6)):
+            nu = r.choice([d for d in range(1, min(n, 8) + 1) if n % d == 0])
+            ii = r.choice([d for d in range(1, n // nu + 1) if (n // nu) % d == 0])
+            io, fi, fo, first = n // (nu * ii), nu, nu * ii, base
+            if r.random() < 0.1:   # not the range once: shifted, or overlapping rows
+                if first + n < self.R["acc"] and r.random() < 0.5:
+                    first += 1
+                elif ii > 1:
+                    fi -= 1
+                elif io > 1:
+                    fo -= 1
+            use_imm = step > 0 or r.random() < 0.3
+            src = [0] * nu
+            sf = (0, 0)
+            if not use_imm:
+                if r.random() < 0.5:   # a bias: one row per outer iteration
+                    src = [r.randrange(0, self.R["acc"] - io + 1)] * nu
+                    sf = (1, 0)
+                else:                  # row by row from another range (or this one)
+                    s0 = r.randrange(0, self.R["acc"] - n + 1)
+                    src = [s0 + j for j in range(nu)]
+                    sf = (fo, fi)
+            uops = [(first + j, src[j], 0) for j in range(nu)]
+            slot = r.randrange(0, self.R["uop"] - nu + 1)
+            kernel = np.array([self.isa.uop.encode(dst_idx=d, src_idx=sr, wgt_idx=0) for d, sr, _ in uops], np.uint32)
+            self.q.mem(Opcode.LOAD, MemType.UOP, sram_base=slot, dram_base=self._buffer(kernel) // 4, y_size=1,
+                       x_size=nu, x_stride=nu)
+            for j, u in enumerate(uops):
+                self.uop_sram[slot + j] = u
+            idx = [(d + o * fo + i * fi, sr + o * sf[0] + i * sf[1], 0)
+                   for o in range(io) for i in range(ii) for d, sr, _ in uops]
+            if max(d for d, _, _ in idx) >= self.R["acc"]:
+                continue
+            f = {"dst": (fo, fi), "src": sf, "wgt": (0, 0)}
+            self.alu(use_imm=use_imm, kernel=(slot, slot + nu, io, ii, f, idx))
+
     def _writes_out(self, dsts: set[int]) -> None:
         if dsts & self.s_read:
             self.sync(S, C)
@@ -308,7 +354,7 @@ class _Gen:
 
     def build(self, n_ops: int) -> tuple[bytes, list[tuple[int, int]]]:
         r = self.rnd
-        ops = ["inp", "wgt", "acc", "uop", "gemm", "gemm", "alu", "alu", "store", "sync"]
+        ops = ["inp", "wgt", "acc", "uop", "gemm", "gemm", "alu", "alu", "epilogue", "store", "sync"]
         self.prologue()
         for _ in range(n_ops):
             op = r.choice(ops)
@@ -318,6 +364,8 @@ class _Gen:
                 self.gemm()
             elif op == "alu":
                 self.alu()
+            elif op == "epilogue":
+                self.epilogue()
             elif op == "store":
                 self.store()
             else:

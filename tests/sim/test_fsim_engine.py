@@ -1,5 +1,6 @@
 """fsim's C++ engine: bounded memory and timeouts inside long instructions, its two GEMM kernels,
-and its static checks against the ones of vta_runtime.diagnose (which word the messages)."""
+its fused ALU runs, and its static checks against the ones of vta_runtime.diagnose (which word the
+messages)."""
 
 import subprocess
 import sys
