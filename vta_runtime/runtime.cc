@@ -98,6 +98,7 @@ struct Format {
     words[0] = words[1] = 0;
     for (const FieldPos& f : fields) {
       int64_t v = values[f.id];
+      if (v == 0) continue;   // fits every field and sets no bit (most fields of an instruction)
       if (v < f.min() || v > f.max()) {
         std::ostringstream os;
         os << name << " field " << f.name << "=" << v << " does not fit its " << f.width << " bits (range "
@@ -429,9 +430,10 @@ struct Kernel {
 
   // iter/factor fields: GEMM maps one loop to the outer level, ALU to the inner one (spec 4.4).
   void loop_fields(Insn& i) const {
-    std::vector<std::array<int64_t, 4>> l = loops;
-    if (l.size() == 1 && mode == MODE_ALU) l.insert(l.begin(), {1, 0, 0, 0});
-    while (l.size() < 2) l.push_back({1, 0, 0, 0});
+    std::array<std::array<int64_t, 4>, MAX_UOP_LOOPS> l;
+    l.fill({1, 0, 0, 0});
+    const size_t at = loops.size() == 1 && mode == MODE_ALU ? 1 : 0;   // ALU: a single loop is the inner one
+    for (size_t k = 0; k < loops.size(); ++k) l[at + k] = loops[k];
     i[F_iter_out] = l[0][0];
     i[F_dst_factor_out] = l[0][1];
     i[F_src_factor_out] = l[0][2];
@@ -463,15 +465,13 @@ class Residency {
     if (n > depth_) VTA_THROW("a uop kernel of " << n << " uops does not fit the UOP buffer (" << depth_ << " uops)");
     if (end_ + n > depth_) end_ = 0;
     int64_t begin = end_, end = end_ + n;
-    std::vector<Kernel*> keep;
-    for (Kernel* r : resident_) {
-      if (r->sram_begin < end && begin < r->sram_end)
-        r->sram_begin = r->sram_end = 0;
-      else
-        keep.push_back(r);
-    }
-    keep.push_back(k);
-    resident_ = std::move(keep);
+    auto overlapped = [&](Kernel* r) {   // evicted
+      if (!(r->sram_begin < end && begin < r->sram_end)) return false;
+      r->sram_begin = r->sram_end = 0;
+      return true;
+    };
+    resident_.erase(std::remove_if(resident_.begin(), resident_.end(), overlapped), resident_.end());
+    resident_.push_back(k);
     k->sram_begin = begin;
     k->sram_end = end;
     end_ = end;
