@@ -201,6 +201,59 @@ struct Engine {
     if (has_deadline && Clock::now() > deadline) throw Timeout{};
   }
 
+  // ------------------------------------------------------------ streams checked before
+  // The static checks are a pure function of a stream and the live allocations, and a device runs
+  // the same streams again and again (a layer's, once per inference): a stream that passed with
+  // the same allocations is not checked again. A few recent ones are kept, 4 MiB at most.
+  struct CheckedStream {
+    uint64_t hash;
+    std::vector<uint64_t> key;   // n, nalloc, the words, the starts, the sizes
+  };
+  std::deque<CheckedStream> checked;   // most recent last
+  size_t checked_words = 0;
+  static constexpr size_t kCheckedStreams = 32, kCheckedWords = size_t{1} << 19;
+
+  template <typename F>
+  static void for_key(const uint64_t* words, int64_t n, const int64_t* starts, const int64_t* sizes, int64_t nalloc,
+                      F f) {
+    f(static_cast<uint64_t>(n));
+    f(static_cast<uint64_t>(nalloc));
+    for (int64_t i = 0; i < 2 * n; ++i) f(words[i]);
+    for (int64_t i = 0; i < nalloc; ++i) f(static_cast<uint64_t>(starts[i]));
+    for (int64_t i = 0; i < nalloc; ++i) f(static_cast<uint64_t>(sizes[i]));
+  }
+  static uint64_t key_hash(const uint64_t* words, int64_t n, const int64_t* starts, const int64_t* sizes,
+                           int64_t nalloc) {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for_key(words, n, starts, sizes, nalloc, [&](uint64_t x) { h = (h ^ x) * 0xFF51AFD7ED558CCDull + (h >> 29); });
+    return h;
+  }
+  bool checked_before(uint64_t hash, const uint64_t* words, int64_t n, const int64_t* starts, const int64_t* sizes,
+                      int64_t nalloc) const {
+    const size_t len = 2 + 2 * n + 2 * nalloc;
+    for (const CheckedStream& c : checked) {
+      if (c.hash != hash || c.key.size() != len) continue;
+      size_t k = 0;
+      bool same = true;
+      for_key(words, n, starts, sizes, nalloc, [&](uint64_t x) { same = same && c.key[k++] == x; });
+      if (same) return true;
+    }
+    return false;
+  }
+  void remember_checked(uint64_t hash, const uint64_t* words, int64_t n, const int64_t* starts, const int64_t* sizes,
+                        int64_t nalloc) {
+    CheckedStream c{hash, {}};
+    c.key.reserve(2 + 2 * n + 2 * nalloc);
+    for_key(words, n, starts, sizes, nalloc, [&](uint64_t x) { c.key.push_back(x); });
+    if (c.key.size() > kCheckedWords) return;
+    checked_words += c.key.size();
+    checked.push_back(std::move(c));
+    while (checked.size() > kCheckedStreams || checked_words > kCheckedWords) {
+      checked_words -= checked.front().key.size();
+      checked.pop_front();
+    }
+  }
+
   // ------------------------------------------------------------ static checks (detection only)
   // True if diagnose.check_instruction would refuse instruction w; allocs are the live
   // allocations (start, size) sorted by start.
@@ -1218,13 +1271,17 @@ int32_t fsim_has_fast_gemm(void* h) {
 int64_t fsim_check(void* h, const uint64_t* words, int64_t n, const int64_t* starts, const int64_t* sizes,
                    int64_t nalloc) {
   auto* e = static_cast<Engine*>(h);
+  const uint64_t hash = Engine::key_hash(words, n, starts, sizes, nalloc);
+  if (e->checked_before(hash, words, n, starts, sizes, nalloc)) return -1;
   bool finish = false;
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t* w = words + 2 * i;
     if (e->bad(w, starts, sizes, nalloc)) return i;
     finish = finish || e->get(w, F_OPCODE) == OP_FINISH;
   }
-  return finish ? -1 : n;
+  if (!finish) return n;
+  e->remember_checked(hash, words, n, starts, sizes, nalloc);
+  return -1;
 }
 
 // Run a checked stream until FINISH. Returns a Status; report as described above.

@@ -106,6 +106,11 @@ def _params(cfg: Config, counters: tuple[str, ...]) -> np.ndarray:
     return np.array(vals, dtype=np.int64)
 
 
+def _address(a: np.ndarray) -> int:
+    """The address of a writable C-contiguous array's data (a few times cheaper than a.ctypes.data)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(a))
+
+
 class Engine:
     """One engine instance over one device's SRAMs, DRAM and counters (all numpy arrays it keeps alive)."""
 
@@ -118,6 +123,7 @@ class Engine:
         self._handle = handle
         self._finalizer = weakref.finalize(self, lib.fsim_destroy, handle)
         self._report = np.zeros(REPORT_LEN, np.int64)
+        self._report_address = _address(self._report)
         self._arrays: tuple = ()
 
     def bind(self, inp: np.ndarray, wgt: np.ndarray, acc: np.ndarray, out: np.ndarray, uop: np.ndarray,
@@ -149,19 +155,19 @@ class Engine:
 
     def check(self, words: np.ndarray, allocations: list[tuple[int, int]]) -> int:
         """Index of the first instruction the static checks refuse, n for a missing FINISH, -1 if fine."""
-        alloc = np.array(allocations, dtype=np.int64).reshape(-1, 2)
-        starts, sizes = np.ascontiguousarray(alloc[:, 0]), np.ascontiguousarray(alloc[:, 1])
-        return self._lib.fsim_check(self._handle, words.ctypes.data, words.shape[0], starts.ctypes.data,
-                                    sizes.ctypes.data, alloc.shape[0])
+        alloc = np.array(allocations, dtype=np.int64).reshape(-1, 2).T.copy()   # starts, then sizes
+        n = alloc.shape[1]
+        starts = _address(alloc) if n else 0
+        return self._lib.fsim_check(self._handle, _address(words), words.shape[0], starts, starts + 8 * n, n)
 
     def run(self, words: np.ndarray, timeout: float | None) -> tuple[int, list[int]]:
         """Run a checked stream; (status, report)."""
-        status = self._lib.fsim_run(self._handle, words.ctypes.data, words.shape[0],
-                                    -1.0 if timeout is None else float(timeout), self._report.ctypes.data)
+        status = self._lib.fsim_run(self._handle, _address(words), words.shape[0],
+                                    -1.0 if timeout is None else float(timeout), self._report_address)
         return status, self._report.tolist()
 
     def exec_one(self, word: np.ndarray, timeout: float | None) -> tuple[int, list[int]]:
         """Execute one checked instruction (a (2,) uint64 array); (status, report)."""
         status = self._lib.fsim_exec_one(self._handle, word.ctypes.data, -1.0 if timeout is None else float(timeout),
-                                         self._report.ctypes.data)
+                                         self._report_address)
         return status, self._report.tolist()
