@@ -14,7 +14,7 @@ from vta_test_helpers import alu_reference
 
 from sim.fsim import FsimDevice
 from vta_hw.spec import AluOp, Isa, MemType, Opcode, load_config
-from vta_runtime import DeviceTimeout, ProgramError
+from vta_runtime import DeviceTimeout, DramAccessError, ProgramError
 from vta_runtime.diagnose import Program, check_stream
 
 LIMIT = 256 << 20   # the most extra memory one instruction may take (README)
@@ -511,3 +511,28 @@ def test_fused_alu_runs_equal_numpy_and_the_unfused_engine(case, config):
         assert dev.engine.fused_groups == (groups if fuse else 0)
         stats.append(dev.stats())
     assert stats[0] == stats[1]
+
+
+def test_a_stream_that_passed_is_checked_again_when_it_or_the_allocations_change():
+    """The engine remembers streams that passed its checks; a changed stream at the same place, or the
+    same stream after its buffer is freed, is still refused with the usual message."""
+    dev = FsimDevice()
+    isa = dev.config.isa
+    buf = dev.alloc(100)   # 6 INP elements fit, 7 do not
+    phys = dev.alloc(32)
+
+    def run_at(x_size):
+        dev.write(phys, Isa.to_bytes([isa.load(MemType.INP, 0, buf // 16, 1, x_size, x_size), isa.finish_insn()]))
+        dev.run(phys, 2)
+
+    run_at(6)
+    run_at(6)   # remembered
+    with pytest.raises(DramAccessError, match="instruction 0: LOAD INP accesses device memory .* has only 100 bytes"):
+        run_at(7)
+    run_at(6)
+    dev.free(buf)
+    with pytest.raises(DramAccessError, match="instruction 0: LOAD INP .* no allocation contains its start"):
+        run_at(6)
+    assert dev.alloc(80) == buf   # as many allocations, at the same places, one smaller
+    with pytest.raises(DramAccessError, match="instruction 0: LOAD INP accesses device memory .* has only 80 bytes"):
+        run_at(6)
