@@ -536,3 +536,67 @@ def test_a_stream_that_passed_is_checked_again_when_it_or_the_allocations_change
     assert dev.alloc(80) == buf   # as many allocations, at the same places, one smaller
     with pytest.raises(DramAccessError, match="instruction 0: LOAD INP accesses device memory .* has only 80 bytes"):
         run_at(6)
+
+
+# ------------------------------------------------------------------ OUT after a GEMM
+# The AVX2 kernels leave OUT rows stale and write them when something could tell. Each case: a GEMM
+# into ACC rows 0-3, then what follows it; the rows are stored to DRAM at the end where a STORE is
+# named. Expected: OUT = the low bytes of the GEMM's sums, except where an ALU wrote later.
+OUT_CASES = {
+    "a store reads them": ["store"],
+    "a reset GEMM zeroes the sums": ["reset", "store"],
+    "a LOAD ACC replaces the sums": ["load acc", "store"],
+    "the run ends": [],
+    "an ALU writes two of them": ["alu", "store"],
+}
+
+
+@pytest.mark.parametrize("case", OUT_CASES)
+def test_out_holds_the_gemm_sums_whenever_it_can_be_seen(case):
+    steps = OUT_CASES[case]
+    rng = np.random.default_rng(13)
+    results = []
+    for generic in (False, True):
+        dev = FsimDevice()
+        if not generic and not dev.engine.has_fast_gemm:
+            pytest.skip("no AVX2 kernel on this machine or config")
+        dev.engine.use_generic_gemm(generic)
+        cfg, isa = dev.config, dev.config.isa
+        lanes = cfg.BATCH * cfg.BLOCK_OUT
+        rng = np.random.default_rng(13)
+        dev.inp[:4] = rng.integers(-128, 128, (4, dev.inp.shape[1]), dtype=np.int8)
+        dev.wgt[:1] = rng.integers(-128, 128, (1, dev.wgt.shape[1]), dtype=np.int8)
+        acc0 = rng.integers(-(1 << 20), 1 << 20, (4, lanes), dtype=np.int32)
+        dev.acc[:4] = acc0
+        dev.uop[:2, 0] = [isa.uop.encode(dst_idx=0, src_idx=0, wgt_idx=0), isa.uop.encode(dst_idx=0, src_idx=0, wgt_idx=0)]
+        new_acc = rng.integers(-(1 << 20), 1 << 20, (4, lanes), dtype=np.int32)
+        out_phys = dev.alloc(4 * lanes)
+        loop = dict(iter_out=1, iter_in=4, dst_factor_in=1, src_factor_in=1)
+        words = [isa.gemm.encode(opcode=Opcode.GEMM, uop_bgn=0, uop_end=1, **loop)]
+        for step in steps:
+            if step == "reset":
+                words.append(isa.gemm.encode(opcode=Opcode.GEMM, reset_reg=1, uop_bgn=0, uop_end=1, **loop))
+            elif step == "load acc":
+                words.append(isa.load(MemType.ACC, 0, put(dev, new_acc) // cfg.ACC_ELEM_BYTES, 1, 4, 4))
+            elif step == "alu":
+                words.append(isa.alu.encode(opcode=Opcode.ALU, uop_bgn=1, uop_end=2, iter_out=1, iter_in=2,
+                                            dst_factor_in=1, src_factor_in=1, alu_opcode=AluOp.ADD, use_imm=1, imm=5))
+            else:   # store: compute hands OUT rows 0-3 to the store module, which hands back to FINISH
+                words[-1] = words[-1] | (1 << isa.mem["push_next_dep"].lsb)
+                words.append(isa.store(0, out_phys // cfg.OUT_ELEM_BYTES, 1, 4, 4, pop_prev_dep=1, push_prev_dep=1))
+        run(dev, words + [isa.finish_insn(pop_next_dep=int("store" in steps))])
+        stored = np.frombuffer(dev.read(out_phys, 4 * lanes), np.int8).reshape(4, lanes).copy()
+        results.append((dev.out[:4].copy(), dev.acc[:4].copy(), stored))
+    x = dev.inp[:4].astype(np.int64).reshape(4 * cfg.BATCH, cfg.BLOCK_IN)
+    w = dev.wgt[0].astype(np.int64).reshape(cfg.BLOCK_OUT, cfg.BLOCK_IN)
+    sums = wrap32(acc0.astype(np.int64) + (x @ w.T).reshape(4, lanes))
+    want_out = sums.astype(np.int8)
+    want_acc = {"reset": np.zeros_like(sums), "load acc": new_acc}.get((steps or [""])[0], sums)
+    if "alu" in steps:
+        want_acc = sums.copy()
+        want_acc[:2] = wrap32(sums[:2].astype(np.int64) + 5)
+        want_out = want_acc.astype(np.int8)
+    assert len(np.unique(want_out)) > 50
+    for out, acc, stored in results:   # the AVX2 kernel, then the plain loop
+        assert np.array_equal(out, want_out) and np.array_equal(acc, want_acc)
+        assert np.array_equal(stored, want_out if "store" in steps else np.zeros_like(want_out))
