@@ -554,7 +554,6 @@ OUT_CASES = {
 @pytest.mark.parametrize("case", OUT_CASES)
 def test_out_holds_the_gemm_sums_whenever_it_can_be_seen(case):
     steps = OUT_CASES[case]
-    rng = np.random.default_rng(13)
     results = []
     for generic in (False, True):
         dev = FsimDevice()
@@ -568,7 +567,7 @@ def test_out_holds_the_gemm_sums_whenever_it_can_be_seen(case):
         dev.wgt[:1] = rng.integers(-128, 128, (1, dev.wgt.shape[1]), dtype=np.int8)
         acc0 = rng.integers(-(1 << 20), 1 << 20, (4, lanes), dtype=np.int32)
         dev.acc[:4] = acc0
-        dev.uop[:2, 0] = [isa.uop.encode(dst_idx=0, src_idx=0, wgt_idx=0), isa.uop.encode(dst_idx=0, src_idx=0, wgt_idx=0)]
+        dev.uop[:2, 0] = isa.uop.encode(dst_idx=0, src_idx=0, wgt_idx=0)   # the GEMM's and the ALU's
         new_acc = rng.integers(-(1 << 20), 1 << 20, (4, lanes), dtype=np.int32)
         out_phys = dev.alloc(4 * lanes)
         loop = dict(iter_out=1, iter_in=4, dst_factor_in=1, src_factor_in=1)
