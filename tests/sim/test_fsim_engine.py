@@ -298,25 +298,62 @@ def test_fast_gemm_register_blocks_equal_numpy(batch, shape, zero_lanes):
     rng = np.random.default_rng(batch * 1000 + list(LOOP_SHAPES).index(shape) * 10 + len(zero_lanes))
     for n in range(1, 10):
         words, uops, f = blocked_gemm_case(dev, rng, shape, n, zero_lanes)
-        want = dev.acc.astype(np.int64).reshape(-1, cfg.BATCH, cfg.BLOCK_OUT)
-        inp = dev.inp.reshape(-1, cfg.BATCH, cfg.BLOCK_IN).astype(np.int64)
-        wgt = dev.wgt.reshape(-1, cfg.BLOCK_OUT, cfg.BLOCK_IN).astype(np.int64)
-        out_before = dev.out.copy()
-        touched = set()
-        for o in range(f["iter_out"]):
-            for i in range(f["iter_in"]):
-                for d, s, w in uops:
-                    d2 = d + o * f["dst_factor_out"] + i * f["dst_factor_in"]
-                    want[d2] += inp[s + o * f["src_factor_out"] + i * f["src_factor_in"]] @ \
-                        wgt[w + o * f["wgt_factor_out"] + i * f["wgt_factor_in"]].T
-                    touched.add(d2)
-        want = wrap32(want.reshape(dev.acc.shape))
-        run(dev, words)
-        assert np.array_equal(dev.acc, want), f"n = {n}"
-        rows = sorted(touched)
-        assert np.array_equal(dev.out[rows], want[rows].astype(np.int8)), f"n = {n}"
-        others = np.setdiff1d(np.arange(dev.out.shape[0]), rows)
-        assert np.array_equal(dev.out[others], out_before[others])
+        run_gemm_against_numpy(dev, words, uops, f, f"n = {n}")
+
+
+def run_gemm_against_numpy(dev, words, uops, f, label):
+    """Runs a GEMM of (dst, src, wgt) uops and loop fields f; ACC and OUT as numpy says (hardware order)."""
+    cfg = dev.config
+    want = dev.acc.astype(np.int64).reshape(-1, cfg.BATCH, cfg.BLOCK_OUT)
+    inp = dev.inp.reshape(-1, cfg.BATCH, cfg.BLOCK_IN).astype(np.int64)
+    wgt = dev.wgt.reshape(-1, cfg.BLOCK_OUT, cfg.BLOCK_IN).astype(np.int64)
+    out_before = dev.out.copy()
+    touched = set()
+    for o in range(f["iter_out"]):
+        for i in range(f["iter_in"]):
+            for d, s, w in uops:
+                d2 = d + o * f["dst_factor_out"] + i * f["dst_factor_in"]
+                want[d2] += inp[s + o * f["src_factor_out"] + i * f["src_factor_in"]] @ \
+                    wgt[w + o * f["wgt_factor_out"] + i * f["wgt_factor_in"]].T
+                touched.add(d2)
+    want = wrap32(want.reshape(dev.acc.shape))
+    run(dev, words)
+    assert np.array_equal(dev.acc, want), label
+    rows = sorted(touched)
+    assert np.array_equal(dev.out[rows], want[rows].astype(np.int8)), label
+    others = np.setdiff1d(np.arange(dev.out.shape[0]), rows)
+    assert np.array_equal(dev.out[others], out_before[others]), label
+
+
+# GEMMs whose uops each write their own row (a 1x1 convolution: 7 output columns, stride 2), which
+# the engine runs 4 rows at a time across uops and iterations when that is exact.
+ONE_UOP_ROWS = {
+    "1x1": dict(dst_factor_in=7),
+    "1x1, uops shuffled": dict(dst_factor_in=7, shuffle=True),
+    "rows overlap across iterations": dict(dst_factor_in=6),   # row 6 of one is row 0 of the next
+    "the same rows every iteration": dict(dst_factor_in=0),
+    "a tile per uop": dict(dst_factor_in=7, tile_per_uop=True),
+}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("case", ONE_UOP_ROWS)
+def test_one_uop_rows_equal_numpy(case, batch):
+    opts = dict(ONE_UOP_ROWS[case])
+    cfg = load_config().replace(LOG_BATCH=batch.bit_length() - 1)
+    dev = FsimDevice(cfg)
+    isa = cfg.isa
+    rng = np.random.default_rng(batch * 100 + list(ONE_UOP_ROWS).index(case))
+    for n in range(1, 10):
+        fill_random_srams(dev, rng)
+        uops = [(100 + k, 2 * k, 5 + k * opts.get("tile_per_uop", 0)) for k in range(7)]
+        if opts.get("shuffle"):
+            uops = [uops[k] for k in rng.permutation(7)]
+        dev.uop[:7, 0] = [isa.uop.encode(dst_idx=d, src_idx=s, wgt_idx=w) for d, s, w in uops]
+        f = dict(iter_out=3, iter_in=n, dst_factor_out=70, dst_factor_in=opts["dst_factor_in"], src_factor_out=200,
+                 src_factor_in=26, wgt_factor_out=1, wgt_factor_in=0)
+        words = [isa.gemm.encode(opcode=Opcode.GEMM, uop_end=7, **f), isa.finish_insn()]
+        run_gemm_against_numpy(dev, words, uops, f, f"n = {n}")
 
 
 @pytest.mark.parametrize("where", [0, 1, 100, 127, 128, 130])
