@@ -895,10 +895,12 @@ struct Engine {
   };
   struct AluShr {
     int32_t shift_bits;
-    int32_t operator()(int32_t a, int32_t b) const {
+    // the low shift_bits of b, read as a signed number
+    static int32_t amount(int32_t b, int32_t shift_bits) {
       const int32_t half = int32_t{1} << (shift_bits - 1);
-      return shift(a, ((b & ((int32_t{1} << shift_bits) - 1)) ^ half) - half);
+      return ((b & ((int32_t{1} << shift_bits) - 1)) ^ half) - half;
     }
+    int32_t operator()(int32_t a, int32_t b) const { return shift(a, amount(b, shift_bits)); }
 #if defined(__AVX2__)
     __m256i operator()(__m256i a, __m256i b) const {
       const __m256i half = _mm256_set1_epi32(1 << (shift_bits - 1));
@@ -1114,8 +1116,7 @@ struct Engine {
       int slot;
       int32_t amount = 0;
       if (opcode == ALU_SHR) {
-        const int32_t half = int32_t{1} << (p.shift_bits - 1);
-        amount = ((v & ((int32_t{1} << p.shift_bits) - 1)) ^ half) - half;
+        amount = AluShr::amount(v, static_cast<int32_t>(p.shift_bits));
         slot = amount < 0 ? 1 : 2;
       } else {
         slot = opcode == ALU_ADD ? 0 : opcode == ALU_MAX ? 3 : 4;

@@ -215,12 +215,19 @@ def random_gemm_program(dev, rng, nuops=24, zero_lanes=()):
 ZERO_LANES = [(), tuple(range(3, 16)), (0, 1, 5, 8, 9, 14), tuple(range(16))]
 
 
-@pytest.mark.parametrize("zero_lanes", ZERO_LANES, ids=["dense", "3-of-16", "scattered", "all-zero"])
-def test_fast_gemm_kernel_equals_the_plain_loop_and_numpy(zero_lanes):
+def fast_and_plain_devices():
+    """Two fresh default devices: one runs the AVX2 GEMM kernels (the test is skipped where there are
+    none), the other the plain loop."""
     fast, plain = FsimDevice(), FsimDevice()
     if not fast.engine.has_fast_gemm:
         pytest.skip("no AVX2 kernel on this machine or config")
     plain.engine.use_generic_gemm(True)
+    return fast, plain
+
+
+@pytest.mark.parametrize("zero_lanes", ZERO_LANES, ids=["dense", "3-of-16", "scattered", "all-zero"])
+def test_fast_gemm_kernel_equals_the_plain_loop_and_numpy(zero_lanes):
+    fast, plain = fast_and_plain_devices()
     cfg = fast.config
     for seed in range(4):
         results = []
@@ -361,10 +368,7 @@ def test_a_pair_nonzero_in_one_row_only_is_not_skipped(where):
     """The engine skips input pairs that are zero in every INP row a GEMM reads: a pair that is
     non-zero in just one of those rows (first, early, middle, the end of the 8-row chunks the scan
     reads, the rows after them, the last) must still count."""
-    fast, plain = FsimDevice(), FsimDevice()
-    if not fast.engine.has_fast_gemm:
-        pytest.skip("no AVX2 kernel on this machine or config")
-    plain.engine.use_generic_gemm(True)
+    fast, plain = fast_and_plain_devices()
     isa = fast.config.isa
     rng = np.random.default_rng(where)
     inp = np.zeros_like(fast.inp)
@@ -387,11 +391,7 @@ def test_gemms_see_the_inp_rows_each_load_wrote():
     each GEMM must use the rows as loaded before it, also in the kernels that read a widened copy
     of INP (here 3 live channels of 16, then 1 live channel in a different pair)."""
     results = []
-    for generic in (False, True):
-        dev = FsimDevice()
-        if not generic and not dev.engine.has_fast_gemm:
-            pytest.skip("no AVX2 kernel on this machine or config")
-        dev.engine.use_generic_gemm(generic)
+    for dev in fast_and_plain_devices():
         cfg, isa = dev.config, dev.config.isa
         rng = np.random.default_rng(7)
         a = np.zeros((6, 16), np.int8)
@@ -592,11 +592,7 @@ OUT_CASES = {
 def test_out_holds_the_gemm_sums_whenever_it_can_be_seen(case):
     steps = OUT_CASES[case]
     results = []
-    for generic in (False, True):
-        dev = FsimDevice()
-        if not generic and not dev.engine.has_fast_gemm:
-            pytest.skip("no AVX2 kernel on this machine or config")
-        dev.engine.use_generic_gemm(generic)
+    for dev in fast_and_plain_devices():
         cfg, isa = dev.config, dev.config.isa
         lanes = cfg.BATCH * cfg.BLOCK_OUT
         rng = np.random.default_rng(13)
