@@ -17,6 +17,7 @@ difference is an error, never a result.
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import math
 import os
@@ -31,9 +32,9 @@ import numpy as np
 
 from vta_hw.spec import Config
 
+from ..build_module import build
 from ..environment import SIMULATED_TARGETS, Environment
-from .space import LayerData
-from .task import Task
+from ..tiling import LayerData, Task
 
 #: the counters a server reports that matter for a breakdown (cycles per module, bus)
 BREAKDOWN_COUNTERS = ("cycle_count", "gemm_counter", "alu_counter", "load_busy_cycles", "load_stall_cycles",
@@ -59,21 +60,17 @@ class MeasureResult:
 
 
 # ------------------------------------------------------------------------------------------------ build
-def build_candidate(task_json: dict, knobs: dict, cfg_dict: dict, shift, path: str, space_module: str) -> float:
+def build_candidate(task_json: dict, knobs: dict, cfg_dict: dict, shift, path: str, op_module: str) -> float:
     """Runs in a builder process: the scheduled layer through ``vta.build``, exported to ``path`` (.tar).
-    ``space_module`` registers the task's space (imported first: spaces may live outside vta_compiler)."""
+    ``op_module`` registers the task's operator (imported first: operators may live outside vta_compiler)."""
     t0 = time.perf_counter()
-    import importlib
-
-    import vta_compiler as vta
-    importlib.import_module(space_module)
-    from vta_compiler.autotune.task import Task as _Task
-    task = _Task.from_json(task_json)
-    env = vta.Environment(Config(cfg_dict, source="the tuner's configuration"))
+    importlib.import_module(op_module)
+    task = Task.from_json(task_json)
+    env = Environment(Config(cfg_dict, source="the tuner's configuration"))
     with env:
-        t = task.space.tiling(knobs)
-        sch = task.space.layer(task.workload, t, env, task.acc_operands, shift)
-        mod = vta.build(sch, target=measurement_target(env))
+        t = task.op.tiling_from_knobs(knobs)
+        sch = task.op.scheduled(task.workload, t, env, task.acc_operands, shift)
+        mod = build(sch, target=measurement_target(env))
         mod.export_library(path)
     return time.perf_counter() - t0
 
@@ -120,7 +117,7 @@ class Builder:
         path = str(self.dir / f"cand_{os.getpid()}_{self._n}_{time.monotonic_ns()}.tar")
         t0 = time.perf_counter()
         fut = self.pool.submit(build_candidate, task.to_json(), knobs, config.cfg_dict, shift, path,
-                               type(task.space).__module__)
+                               type(task.op).__module__)
         try:
             secs = fut.result()
             return path, None, secs
