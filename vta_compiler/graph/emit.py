@@ -38,6 +38,7 @@ class Packer:
         self.kernels = KernelCache(self.bb, env)
         self.plain: dict[int, relax.Expr] = {}
         self.packed: dict[int, relax.Expr] = {}
+        self.packed_as: dict[int, tuple[int, ...]] = {}    # a packed tensor that is a reshape of its node
         self.rows: list[dict] = []
 
     def emit(self, expr, name: str | None = None):
@@ -84,12 +85,22 @@ class Packer:
 
     def get_plain(self, n: Node):
         if id(n) not in self.plain:
-            self.plain[id(n)] = self.unpack(self.packed[id(n)], n.shape, n.name)
+            shape = self.packed_as.get(id(n), tuple(n.shape))
+            x = self.unpack(self.packed[id(n)], shape, n.name)
+            if shape != tuple(n.shape):
+                x = self.emit(relax.op.reshape(x, n.shape), f"{n.name}_view")
+            self.plain[id(n)] = x
         return self.plain[id(n)]
 
-    def get_packed(self, n: Node):
-        if id(n) not in self.packed:
-            self.packed[id(n)] = self.pack(self.get_plain(n), n.shape, n.name)
+    def get_packed(self, n: Node, shape: tuple[int, ...] | None = None):
+        """``n`` packed, as the reshape of it to ``shape`` (2-D or 4-D; default its own shape)."""
+        shape = tuple(n.shape) if shape is None else tuple(shape)
+        if id(n) in self.packed and self.packed_as.get(id(n), tuple(n.shape)) == shape:
+            return self.packed[id(n)]
+        x = self.get_plain(n)
+        if shape != tuple(n.shape):
+            return self.pack(self.emit(relax.op.reshape(x, shape), f"{n.name}_view"), shape, f"{n.name}_view")
+        self.packed[id(n)] = self.pack(x, shape, n.name)
         return self.packed[id(n)]
 
     def packed_const(self, c: Const, out: Node):
@@ -105,13 +116,14 @@ class Packer:
 
     # ------------------------------------------------------------------ nodes
     def layer_input(self, layer: VtaLayer):
-        """The packed input of a VTA layer, through its operator's host transform if it has one."""
+        """The packed input of a VTA layer: the layer's input (or a view of it), or its operator's host
+        transform of it."""
         off = layer.offload
         if off.prepare is None:
-            return self.get_packed(layer.x)
+            return self.get_packed(layer.x, off.input_shape)
         name = f"{layer.name}_fold"
         x = off.prepare(self.get_plain(layer.x), self.emit, name, tuple(layer.x.shape))
-        return self.pack(x, off.prepared_shape, name)
+        return self.pack(x, off.input_shape, name)
 
     def vta_layer(self, layer: VtaLayer) -> None:
         env, op, wkl = self.env, layer.op, layer.workload
@@ -125,8 +137,11 @@ class Packer:
             args.append(self.devconst(op.pack_channels(layer.bias, wkl, env), f"{layer.name}_b"))
         if channel_shift:
             args.append(self.devconst(op.pack_channels(layer.shift, wkl, env), f"{layer.name}_s"))
-        out_ty = relax.TensorType(packed_shape(layer.out.shape, env), "int8", vdevice=self.vta)
+        out_shape = tuple(layer.offload.output_shape or layer.out.shape)
+        out_ty = relax.TensorType(packed_shape(out_shape, env), "int8", vdevice=self.vta)
         self.packed[id(layer.out)] = self.emit(relax.call_tir(gv, args, out_ty=out_ty), layer.name)
+        if out_shape != tuple(layer.out.shape):
+            self.packed_as[id(layer.out)] = out_shape
         self.rows.append(vta_row(layer, env, gv.name_hint, tiling))
 
     def host(self, n: Node, packed: bool) -> None:

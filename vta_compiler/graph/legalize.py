@@ -52,13 +52,16 @@ class VtaLayer:
         return self.op.host_macs(core.shape, [a.shape for a in core.tensor_args])
 
 
-def channel_vector(c: Const, nout: int, what: str) -> np.ndarray | str:
-    """A constant as one value per output channel (a scalar is broadcast), or why it is not one."""
+def channel_vector(c: Const, nout: int, what: str, axis: int = 1, rank: int | None = None) -> np.ndarray | str:
+    """A constant as one value per output channel along ``axis`` of a rank-``rank`` tensor (a scalar is
+    broadcast), or why it is not one."""
     v = c.value
     if v.size == 1:
         return np.full(nout, v.reshape(-1)[0], v.dtype)
     squeezed = [d for d in v.shape if d != 1]
-    if squeezed != [nout] or v.ndim < 1 or (v.ndim >= 2 and v.shape[1] != nout):
+    if rank is not None and axis < 0:       # right-aligned broadcasting: the constant's own axis
+        axis = v.ndim + axis
+    if squeezed != [nout] or v.ndim < 1 or (v.ndim >= 2 and v.shape[axis] != nout):
         return f"the {what} {v.shape} is not one value per output channel"
     return v.reshape(-1)
 
@@ -75,8 +78,9 @@ def chain(out: Node) -> dict[str, Node]:
     return parts
 
 
-def legalize(op: Operator, parts: dict[str, Node], env: Environment, options: dict) -> VtaLayer | str:
-    """The layer VTA runs for a matched chain, or why it cannot (a placement note)."""
+def legalize(op: Operator, parts: dict[str, Node], env: Environment, options: dict) -> VtaLayer | str | None:
+    """The layer VTA runs for a matched chain, why it cannot (a placement note), or None if the chain is not
+    ``op``'s to take."""
     core, out = parts["core"], parts["astype"]
     x, w = core.args[0], core.args[1]
     a = core.call.attrs
@@ -93,19 +97,20 @@ def legalize(op: Operator, parts: dict[str, Node], env: Environment, options: di
                          f"configuration {env.MODEL}; build the network for a batch of {want} "
                          "(for ONNX: from_onnx(model, shape_dict={...}))")
     off = op.from_relax(a, tuple(x.shape), w.value, tuple(out.shape), env, options)
-    if isinstance(off, str):
+    if off is None or isinstance(off, str):
         return off
-    nout = out.shape[1]
+    axis, rank = off.channel_axis, len(out.shape)
+    nout = out.shape[axis]
     bias = shift = None
     if "bias" in parts:
         b = parts["bias"].args[1]
         if b.dtype != "int32":
             return f"the bias is {b.dtype}; VTA adds int32"
-        bias = channel_vector(b, nout, "bias")
+        bias = channel_vector(b, nout, "bias", axis, rank)
         if isinstance(bias, str):
             return bias
     if "shift" in parts:
-        v = channel_vector(parts["shift"].args[1], nout, "shift")
+        v = channel_vector(parts["shift"].args[1], nout, "shift", axis, rank)
         if isinstance(v, str):
             return v
         if v.min() < 0 or v.max() > 31:

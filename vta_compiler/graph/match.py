@@ -2,8 +2,10 @@
 
 A layer is a registered operator's core op (its ``Operator.pattern``: an int8 ``conv2d``, grouped or
 depthwise ``conv2d``, ``conv2d_transpose`` or ``matmul`` with a constant weight, ...) followed by VTA's
-epilogue (``+ bias``, ``>> shift``, ``clip``, ``astype int8``, each but the cast optional). Operators are
-tried in registration order; the first whose pattern matches decides.
+epilogue (``+ bias``, ``>> shift``, ``clip``, ``astype int8``, each but the cast optional). The operators
+whose pattern matches are asked in registration order; the first that takes the layer, or refuses it with
+a reason, decides (an operator returns None for a layer that is not its own, e.g. dense for a batched
+matmul).
 """
 
 from __future__ import annotations
@@ -50,23 +52,30 @@ def match_layers(func: relax.Function, g: Graph, env: Environment,
     for n in reversed(g.nodes):
         if id(n) in taken or n.op != "relax.astype" or n.call is None:
             continue
-        for op, pat in pats:
-            if not pat.match(n.call, var2val):
-                continue
-            parts = chain(n)
-            inner = [p for role, p in parts.items() if role != "astype"]
-            shared = [p for p in inner if len(users[id(p)]) != 1]
-            if shared or any(id(p) in taken for p in inner):
-                reasons[id(parts["core"])] = (f"its int32 result {shared[0].name if shared else ''} is also used "
-                                              "elsewhere, so it cannot be fused with VTA's epilogue")
-                break
+        matched = [op for op, pat in pats if pat.match(n.call, var2val)]
+        if not matched:
+            continue
+        parts = chain(n)
+        inner = [p for role, p in parts.items() if role != "astype"]
+        shared = [p for p in inner if len(users[id(p)]) != 1]
+        if shared or any(id(p) in taken for p in inner):
+            reasons[id(parts["core"])] = (f"its int32 result {shared[0].name if shared else ''} is also used "
+                                          "elsewhere, so it cannot be fused with VTA's epilogue")
+            continue
+        for op in matched:           # the first operator that takes the layer (or refuses it) decides
             got = legalize(op, parts, env, options)
+            if got is None:
+                continue
             if isinstance(got, str):
                 reasons[id(parts["core"])] = got
             else:
                 layers.append(got)
                 taken.update(id(p) for p in parts.values())
             break
+        else:
+            core = parts["core"]
+            reasons[id(core)] = (f"no registered operator runs a {core.op.removeprefix('relax.')} of "
+                                 + " by ".join(str(tuple(a.shape)) for a in core.tensor_args))
     layers.reverse()
     gemm_ops = offloadable_ops()
     for n in g.nodes:

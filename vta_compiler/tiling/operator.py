@@ -256,7 +256,9 @@ class Operator:
 
     def from_relax(self, attrs, x_shape: tuple[int, ...], weight: np.ndarray, out_shape: tuple[int, ...],
                    env: Environment, options: dict) -> Any:
-        """A matched core op -> an :class:`Offload`, or the reason VTA cannot run it (a str)."""
+        """A core op that matched :meth:`pattern` -> an :class:`Offload`, the reason VTA cannot run it (a str), or
+        None when the op is not this operator's to take (graph_pack then asks the next operator whose pattern
+        matches)."""
         raise NotImplementedError
 
     def placement_refusal(self, off: Offload, env: Environment, acc_operands: int) -> str | None:
@@ -272,12 +274,19 @@ class Operator:
 @dataclasses.dataclass
 class Offload:
     """How graph_pack runs a matched Relax layer on VTA: the workload, its weights in the network's layout
-    (the operator pads and packs them), and, when the kernel reads its input in another form than the
-    layer's, a host transform of the plain input (``prepare(x, emit) -> x``, Relax, before packing)."""
+    (the operator pads and packs them) and where the layer's data differ from the kernel's.
+
+    The kernel reads a plain input of ``input_shape`` (2-D or 4-D; default: the layer's input shape) and writes
+    a plain output of ``output_shape`` (default: the layer's output shape). When only the shapes differ, the
+    input and output are views (reshapes) of the layer's; ``prepare(x, emit, name, shape) -> x`` is a host
+    transform of the plain input for a kernel that reads something else (a folded first layer). Per-channel
+    epilogue constants run along ``channel_axis`` of the layer's output."""
     op: Operator
     workload: Any
     weight: np.ndarray
     params: dict = dataclasses.field(default_factory=dict)     # what the operator read from the op's attributes
     prepare: Any = None
-    prepared_shape: tuple[int, ...] | None = None
+    input_shape: tuple[int, ...] | None = None
+    output_shape: tuple[int, ...] | None = None
+    channel_axis: int = 1
     note: str = ""

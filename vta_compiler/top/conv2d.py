@@ -284,7 +284,7 @@ class Conv2D(Operator):
             ow = (w + 2 * pl - kw) // sw + 1      # fold: kernel columns into channels
             folded = np.ascontiguousarray(weight.transpose(0, 1, 3, 2)).reshape(weight.shape[0], c * kw, kh, 1)
             return Offload(self, Conv2DWorkload(n, h, ow, c * kw, o, kh, 1, pt, 0, sh, 1), folded,
-                           prepare=_folding(c, w, kw, sw, pl, ow), prepared_shape=(n, c * kw, h, ow),
+                           prepare=_folding(c, w, kw, sw, pl, ow), input_shape=(n, c * kw, h, ow),
                            note="kernel columns folded into channels")
         return Offload(self, Conv2DWorkload(n, h, w, c, o, kh, kw, pt, pl, sh, sw), weight)
 

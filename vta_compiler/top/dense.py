@@ -219,7 +219,7 @@ class Dense(Operator):
 
     def from_relax(self, attrs, x_shape, weight, out_shape, env, options):
         if len(x_shape) != 2 or weight.ndim != 2:
-            return f"batched matmul of {tuple(x_shape)} by {tuple(weight.shape)} (VTA's dense is 2-D)"
+            return None                 # a batched matmul: batch_matmul's (or nobody's) to take
         weight = np.ascontiguousarray(weight.T)
         return Offload(self, DenseWorkload(x_shape[0], F.ceil_to(weight.shape[1], env.BLOCK_IN),
                                            F.ceil_to(weight.shape[0], env.BLOCK_OUT)), weight)

@@ -416,6 +416,8 @@ class GroupConv2D(Operator):
         if reason:
             return reason
         groups = int(attrs.groups)
+        if groups == 1:
+            return None                 # conv2d's
         depthwise = groups == x_shape[1]
         if depthwise and options.get("depthwise", "vta") == "cpu":
             return DEPTHWISE_NOTE["cpu"]
