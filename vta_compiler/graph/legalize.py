@@ -90,12 +90,6 @@ def legalize(op: Operator, parts: dict[str, Node], env: Environment, options: di
         return f"{x.dtype} data times {w.dtype} weights; VTA multiplies int8 by int8"
     if str(a.out_dtype) != "int32":
         return f"accumulates in {a.out_dtype}; VTA accumulates in int32"
-    n = x.shape[0]
-    if n % env.BATCH:
-        want = -(-n // env.BATCH) * env.BATCH
-        raise GraphError(f"layer {out.name}: the batch is {n}, not a multiple of BATCH={env.BATCH} of the VTA "
-                         f"configuration {env.MODEL}; build the network for a batch of {want} "
-                         "(for ONNX: from_onnx(model, shape_dict={...}))")
     off = op.from_relax(a, tuple(x.shape), w.value, tuple(out.shape), env, options)
     if off is None or isinstance(off, str):
         return off
@@ -121,4 +115,16 @@ def legalize(op: Operator, parts: dict[str, Node], env: Environment, options: di
         lo, hi = (int(p.value) for p in parts["clip"].args[1:3])
         clip = (max(lo, -(1 << 31)), min(hi, (1 << 31) - 1))
     layer = VtaLayer(out.name, out, list(parts.values()), x, off, bias, shift, clip)
+    if x.shape[0] % env.BATCH:
+        return layer            # no tiling question: graph_pack refuses the whole network (check_batch)
     return op.placement_refusal(off, env, layer.acc_operands) or layer
+
+
+def check_batch(layers: list[VtaLayer], env: Environment) -> None:
+    """Refuse a network whose VTA layers' batch is not a multiple of the configuration's BATCH."""
+    for ly in layers:
+        n = ly.x.shape[0]
+        if n % env.BATCH:
+            raise GraphError(f"layer {ly.name}: the batch is {n}, not a multiple of BATCH={env.BATCH} of the VTA "
+                             f"configuration {env.MODEL}; build the network for a batch of "
+                             f"{-(-n // env.BATCH) * env.BATCH} (for ONNX: from_onnx(model, shape_dict={{...}}))")

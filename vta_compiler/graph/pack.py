@@ -17,6 +17,7 @@ from ..environment import Environment, get_env
 from ..tiling import registry
 from .emit import Packer
 from .ir import Graph, GraphError
+from .legalize import check_batch
 from .match import match_layers
 from .report import PLACEMENT_ATTR
 
@@ -48,6 +49,7 @@ def graph_pack(qmod: tvm.IRModule, env: Environment | None = None, **options) ->
     func = qmod["main"]
     g = Graph.from_relax(func)
     layers, reasons = match_layers(func, g, env, options)
+    check_batch(layers, env)
     packer = Packer(g, env, layers, reasons)
     main = packer.run("main")
     main = main.with_attr(PLACEMENT_ATTR, json.dumps({"model": env.MODEL, "rows": packer.rows}))
