@@ -19,6 +19,7 @@ ext_dev.install()   # the C++ plugin is built when TVM first needs the ext_dev d
 
 from . import top, testing  # noqa: E402,I001
 from . import graph  # noqa: E402
+from . import autotvm  # noqa: E402  (the original's vta.autotvm.module_loader)
 from .rpc_client import program_fpga, reconfig_runtime  # noqa: E402
 
 # the original's users look for graph_pack in vta.top; it lives in graph, which sits above top
@@ -26,4 +27,4 @@ top.graph_pack = graph.graph_pack
 
 __all__ = ["DevContext", "Environment", "HostMismatchError", "VTACompileError", "build", "build_config",
            "download_bitstream", "ext_dev", "get_bitstream_path", "get_env", "install_bitstream", "lower",
-           "graph", "program_fpga", "reconfig_runtime", "testing", "top"]
+           "autotvm", "graph", "program_fpga", "reconfig_runtime", "testing", "top"]

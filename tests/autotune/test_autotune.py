@@ -497,6 +497,34 @@ def test_a_run_past_the_timeout_is_recorded(tracker_with_two_tsim_servers):
     assert res.best == [None]
 
 
+def test_a_server_that_registers_late_is_used(tracker_with_two_tsim_servers):
+    """Without n_parallel, tuning starts on the one server registered under its key and measures on a second one
+    as soon as it registers."""
+    import threading
+    tracker, tmp = tracker_with_two_tsim_servers
+    cfg = tmp / "tsim.json"
+    first = Server(tmp, "--tracker", f"{tracker[0]}:{tracker[1]}", "--key", "tsim-late", "--config", str(cfg))
+    late = []
+    try:
+        log = tmp / "late.jsonl"
+        m = autotune.RPCMeasure(tracker=tracker, key="tsim-late", timeout=300)
+        out = {}
+        th = threading.Thread(target=lambda: out.update(res=autotune.tune(
+            [autotune.Task("conv2d", SMALL, name="small")], log, m, trials=10, progress=False)))
+        th.start()
+        late.append(Server(tmp, "--tracker", f"{tracker[0]}:{tracker[1]}", "--key", "tsim-late", "--config",
+                           str(cfg)))
+        th.join(600)
+        assert not th.is_alive() and out["res"].measured == 10
+        records, _ = read_records(log)
+        servers = [r.server for r in sorted(records, key=lambda r: r.trial)]
+        assert len(set(servers)) == 2, f"the late server measured nothing: {servers}"
+        assert all(r.ok for r in records)
+    finally:
+        for s in [first] + late:
+            s.stop()
+
+
 def test_no_server_under_the_key_is_a_clear_error(tracker_with_two_tsim_servers):
     tracker, _ = tracker_with_two_tsim_servers
     with pytest.raises(autotune.MeasureError, match="no server is registered under key 'nobody'.*rpc_server "

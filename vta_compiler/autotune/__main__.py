@@ -68,8 +68,7 @@ def _config_of(line: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    import vta_compiler as vta
-
+    from ..environment import get_env
     from ..tiling.dispatch import DEFAULT_RECORDS_DIR
     from .measure import RPCMeasure, TsimMeasure
     from .tuner import tune
@@ -90,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-network", action="store_true", help="only C1-C11, not the network's other layers")
     args = p.parse_args(argv)
 
-    env = vta.get_env()
+    env = get_env()
     layers = args.layers.split(",") if args.layers else None
     tasks = resnet18_tasks(env, layers, not args.no_network)
     if args.list:

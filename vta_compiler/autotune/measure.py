@@ -188,7 +188,8 @@ class RPCMeasure:
     Args:
         tracker: the tracker's ``(host, port)``.
         key: the key the servers registered under.
-        n_parallel: measurements in flight (default: the servers registered under the key).
+        n_parallel: measurements in flight; default: one per server registered under the key, counting the
+            servers that register while tuning runs (up to ``max_parallel``).
         timeout: seconds one run may take (the session's limit, enforced by the server).
         priority: the tracker's request priority.
         module_loader: ``module_loader(remote, env)`` runs before each measurement (default:
@@ -197,6 +198,7 @@ class RPCMeasure:
         wait_for_servers: seconds to wait at the start for ``n_parallel`` servers.
         request_timeout: how long to wait for a free server (default: 3 x ``timeout``, at least 10
             minutes).
+        max_parallel: the most measurements in flight when ``n_parallel`` follows the servers.
 
     Raises:
         MeasureError: (from :func:`tune`) the tracker cannot be reached, no server is registered under
@@ -211,8 +213,10 @@ class RPCMeasure:
     def __init__(self, tracker: tuple[str, int] = ("127.0.0.1", 9190), key: str = "tsim",
                  n_parallel: int | None = None, timeout: float = 300.0, priority: int = 1,
                  module_loader=default_module_loader, wait_for_servers: float = 0.0,
-                 request_timeout: float | None = None):
+                 request_timeout: float | None = None, max_parallel: int = 16):
         self.tracker = (str(tracker[0]), int(tracker[1]))
+        self.follows_servers = n_parallel is None    # more measurements in flight as servers register
+        self.max_parallel = max(1, int(max_parallel))
         self.request_timeout = request_timeout
         self.key = key
         self.n_parallel = n_parallel

@@ -390,17 +390,38 @@ class _Tuning:
             self.errors.append(exc)
             self.stop.set()
 
+    def add_slots(self, n: int) -> None:
+        for _ in range(n):
+            th = threading.Thread(target=self.slot, name=f"vta-tune-{len(self.threads)}", daemon=True)
+            self.threads.append(th)
+            th.start()
+
+    def follow_servers(self, measuring: int) -> int:
+        """More slots when servers have registered under the key since the last look (``RPCMeasure`` without
+        ``n_parallel``); returns the servers now used."""
+        try:
+            n = min(self.measure.servers(), self.measure.max_parallel)
+        except (OSError, RuntimeError):
+            return measuring                      # the tracker is busy or gone: the sessions will say
+        if n > measuring and not all(s.finished for s in self.states):
+            self.add_slots(2 * (n - measuring))   # one measuring and one building per new server
+            self.progress.note(f"{n - measuring} more {self.measure.device} server(s) registered: {n} measuring")
+            return n
+        return measuring
+
     def run(self, build_timeout: float) -> TuneResult:
         n_par = self.measure.n_parallel
-        self.builder = Builder(self.n_builders or n_par, build_timeout, tempfile.mkdtemp(prefix="vta_tune_build_"))
-        threads = [threading.Thread(target=self.slot, name=f"vta-tune-{k}", daemon=True)
-                   for k in range(n_par + (self.n_builders or n_par))]
+        follow = getattr(self.measure, "follows_servers", False)
+        builders = self.n_builders or (self.measure.max_parallel if follow else n_par)
+        self.builder = Builder(builders, build_timeout, tempfile.mkdtemp(prefix="vta_tune_build_"))
+        self.threads: list[threading.Thread] = []
+        measuring, looked = n_par, time.monotonic()
         try:
-            for th in threads:
-                th.start()
-            for th in threads:
-                while th.is_alive():
-                    th.join(0.5)
+            self.add_slots(n_par + (self.n_builders or n_par))
+            while alive := [th for th in self.threads if th.is_alive()]:
+                alive[0].join(0.5)
+                if follow and time.monotonic() - looked > 2.0:
+                    measuring, looked = self.follow_servers(measuring), time.monotonic()
         except KeyboardInterrupt:
             self.stop.set()
             raise
