@@ -40,6 +40,7 @@ class Packer:
         self.packed: dict[int, relax.Expr] = {}
         self.packed_as: dict[int, tuple[int, ...]] = {}    # a packed tensor that is a reshape of its node
         self.rows: list[dict] = []
+        self.layout_changes = {"packed": 0, "unpacked": 0}     # plain -> packed, packed -> plain
 
     def emit(self, expr, name: str | None = None):
         return self.bb.emit(expr, name_hint=name) if name else self.bb.emit(expr)
@@ -53,6 +54,7 @@ class Packer:
     def pack(self, x, shape: tuple[int, ...], name: str):
         """Plain (CPU) -> packed (ext_dev): pad channels to the block, block, move to device memory."""
         env = self.env
+        self.layout_changes["packed"] += 1
         b, bl = env.BATCH, env.BLOCK_OUT
         n, c = shape[:2]
         cp = _ceil(c, bl)
@@ -70,6 +72,7 @@ class Packer:
 
     def unpack(self, x, shape: tuple[int, ...], name: str):
         """Packed (ext_dev) -> plain (CPU)."""
+        self.layout_changes["unpacked"] += 1
         n, c = shape[:2]
         cp = _ceil(c, self.env.BLOCK_OUT)
         x = self.emit(relax.op.to_vdevice(x, self.cpu), f"{name}_host")

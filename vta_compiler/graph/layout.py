@@ -18,8 +18,13 @@ from ..environment import Environment
 from .ir import Const, Node
 from .legalize import channel_vector
 
+#: element-wise ops: they compute the same on the packed layout (channel padding only computes lanes that no later
+#: op reads: VTA layers multiply them by zero weights, unpacking drops them), integer or float (activations)
 ELEMENTWISE = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
-               "relax.right_shift", "relax.left_shift", "relax.clip", "relax.astype", "relax.nn.relu", "relax.round"}
+               "relax.right_shift", "relax.left_shift", "relax.clip", "relax.astype", "relax.nn.relu", "relax.round",
+               "relax.sigmoid", "relax.tanh", "relax.exp", "relax.erf", "relax.sqrt", "relax.rsqrt", "relax.abs",
+               "relax.negative", "relax.floor", "relax.ceil", "relax.power", "relax.nn.silu", "relax.nn.gelu",
+               "relax.nn.gelu_tanh", "relax.nn.leakyrelu", "relax.nn.softplus"}
 POOLS = {"relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
 VIEWS = {"relax.reshape", "relax.flatten", "relax.squeeze", "relax.expand_dims"}
 

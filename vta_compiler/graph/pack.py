@@ -52,7 +52,8 @@ def graph_pack(qmod: tvm.IRModule, env: Environment | None = None, **options) ->
     check_batch(layers, env)
     packer = Packer(g, env, layers, reasons)
     main = packer.run("main")
-    main = main.with_attr(PLACEMENT_ATTR, json.dumps({"model": env.MODEL, "rows": packer.rows}))
+    main = main.with_attr(PLACEMENT_ATTR, json.dumps({"model": env.MODEL, "rows": packer.rows,
+                                                      "layout_changes": packer.layout_changes}))
     mod = packer.bb.get()
     mod["main"] = main
     mod.update_global_info("vdevice", [packer.cpu, packer.vta])

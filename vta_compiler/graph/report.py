@@ -7,7 +7,7 @@ graph_pack writes one row per operator into the packed ``main`` function's ``vta
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
@@ -45,9 +45,11 @@ def host_row(n: Node, packed: bool, reason: str | None) -> dict:
 
 @dataclass
 class Placement:
-    """Where each operator of a packed network runs, and why not on VTA."""
+    """Where each operator of a packed network runs, and why not on VTA; and how often a tensor changes between
+    the plain and the packed layout (``layout_changes``: ``packed`` plain -> packed, ``unpacked`` back)."""
     model: str
     rows: list[dict]
+    layout_changes: dict = field(default_factory=dict)
 
     @property
     def vta_macs(self) -> int:
@@ -68,8 +70,11 @@ class Placement:
 
     def summary(self) -> str:
         n_vta = len(self.vta_rows)
+        lc = self.layout_changes
+        changes = f"; {lc.get('packed', 0) + lc.get('unpacked', 0)} layout changes ({lc.get('packed', 0)} to the " \
+            f"packed layout, {lc.get('unpacked', 0)} back)" if lc else ""
         return (f"{n_vta} ops on VTA ({self.vta_macs / 1e6:.1f} of {self.total_macs / 1e6:.1f} M MACs, "
-                f"{100 * self.vta_share:.2f}%), {len(self.rows) - n_vta} on the CPU ({self.model})")
+                f"{100 * self.vta_share:.2f}%), {len(self.rows) - n_vta} on the CPU ({self.model}){changes}")
 
     def __str__(self) -> str:
         head = ("#", "op", "name", "device", "layout", "MACs", "why not VTA / note")
@@ -93,4 +98,4 @@ def placement(pmod: tvm.IRModule) -> Placement:
     if f.attrs is None or PLACEMENT_ATTR not in f.attrs:
         raise GraphError("placement() expects the result of graph.graph_pack")
     data = json.loads(str(f.attrs[PLACEMENT_ATTR]))
-    return Placement(data["model"], data["rows"])
+    return Placement(data["model"], data["rows"], data.get("layout_changes", {}))
