@@ -140,7 +140,7 @@ def _time_servers(env) -> dict:
 def run(quick: bool = False, tsim: bool = False) -> dict:
     import vta_compiler as vta
     from vta_compiler import autotune
-    from vta_compiler.autotune.records import curve
+    from vta_compiler.tiling.records import curve
     from vta_compiler.top import RESNET18
 
     env = vta.get_env()

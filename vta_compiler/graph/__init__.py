@@ -12,11 +12,13 @@ vm = relax.VirtualMachine(ex, [tvm.cpu(), tvm.ext_dev(0)])
 
 from __future__ import annotations
 
-from .build import GRAPH_PIPELINE, Placement, build, placement
+from .build import GRAPH_PIPELINE, build
 from .frontend import from_onnx
 from .ir import GraphError
-from .pack import PATTERNS, graph_pack
+from .match import patterns
+from .pack import graph_pack
 from .quantize import QuantizationError, layer_outputs, probe, quantize
+from .report import Placement, placement
 
-__all__ = ["GRAPH_PIPELINE", "PATTERNS", "GraphError", "Placement", "QuantizationError", "build", "from_onnx",
-           "graph_pack", "layer_outputs", "placement", "probe", "quantize"]
+__all__ = ["GRAPH_PIPELINE", "GraphError", "Placement", "QuantizationError", "build", "from_onnx", "graph_pack",
+           "layer_outputs", "patterns", "placement", "probe", "quantize"]
