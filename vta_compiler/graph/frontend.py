@@ -1,5 +1,8 @@
 """Importing networks: ONNX and ``relax.frontend.nn``, parameters bound, batch norm folded.
 
+``from_onnx`` takes models as other tools export them (``onnx_import`` prepares them for TVM's importer:
+outputs chosen, shapes fixed and inferred, constants folded, unconvertible nodes named).
+
 ``from_onnx(model)`` returns ``(mod, params)`` like TVM's importer with ``keep_params_in_input``:
 the weights are parameters of ``main`` and ``params`` maps their names to numpy arrays. A module
 exported from ``relax.frontend.nn`` (``model.export_tvm(spec)``) comes with a list of
@@ -22,16 +25,25 @@ from tvm import relax, tirx
 from .ir import GraphError
 
 
-def from_onnx(model, shape_dict: dict[str, list[int]] | None = None, opset: int | None = None):
-    """Import an ONNX model: ``(mod, params)`` with the weights as ``main``'s trailing parameters.
+def from_onnx(model, shape_dict: dict[str, list[int]] | None = None, opset: int | None = None, *,
+              outputs: list[str] | None = None, constants: dict[str, Any] | None = None):
+    """Import an ONNX model as exported: ``(mod, params)`` with the weights as ``main``'s trailing parameters.
 
-    ``shape_dict`` fixes input shapes (VTA compiles static shapes, so a symbolic batch must be set here).
+    ``model``: an ``onnx.ModelProto``, a path or the file's bytes. ``shape_dict`` fixes the inputs'
+    dynamic dimensions (VTA compiles static shapes; an input left dynamic is refused with the
+    ``shape_dict`` to pass). ``outputs`` keeps the part of the graph that computes these tensors (any
+    node's output), to leave label or post-processing outputs (``ZipMap``, ``ArrayFeatureExtractor``) or
+    an operator the importer cannot convert (``LSTM``) to the CPU. ``constants`` fixes inputs that
+    select a mode (a sample rate an ``If`` branches on). Shapes are inferred and constants folded
+    (onnxscript's optimizer) before TVM's importer; a node it cannot convert is named in the error.
+    See ``onnx_import``.
     """
     try:
-        from tvm.relax.frontend.onnx import from_onnx as _from_onnx
+        import onnx  # noqa: F401
     except ImportError as exc:   # pragma: no cover - onnx is a dependency
         raise ImportError("graph.from_onnx needs the onnx package: pip install onnx") from exc
-    mod = _from_onnx(model, shape_dict=shape_dict, opset=opset, keep_params_in_input=True)
+    from .onnx_import import import_onnx
+    mod = import_onnx(model, shape_dict, opset, outputs, constants)
     func = mod["main"]
     names = [p.name for p in func.params[_num_inputs(func):]]
     values = func.attrs["params"] if func.attrs is not None and "params" in func.attrs else []
