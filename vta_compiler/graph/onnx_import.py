@@ -165,7 +165,10 @@ def _optimize(model):
     except ImportError as exc:     # pragma: no cover - dependencies
         raise ImportError("graph.from_onnx needs onnxscript and onnxsim (they fold the shape arithmetic "
                           "exporters write): pip install onnxscript onnxsim") from exc
+    import onnx
+    # shape inference between the two: onnxsim refuses value_info entries without a shape
     for name, step in (("onnxscript's optimizer", optimizer.optimize),
+                       ("onnx's shape inference", onnx.shape_inference.infer_shapes),
                        ("onnxsim", lambda m: onnxsim.simplify(m, check_n=0)[0])):
         try:
             with contextlib.redirect_stdout(io.StringIO()):
@@ -304,7 +307,9 @@ def _failing_node(model, opset, shape_dict, dtype_dict):
         m.CopyFrom(model)
         m.graph.CopyFrom(g)
         try:
-            _tvm_import(m, opset, shape_dict, dtype_dict)
+            with warnings.catch_warnings():     # the prefix's outputs have no declared types
+                warnings.simplefilter("ignore")
+                _tvm_import(m, opset, shape_dict, dtype_dict)
             return False
         except Exception:
             return True
@@ -320,6 +325,19 @@ def _failing_node(model, opset, shape_dict, dtype_dict):
     return nodes[lo - 1]
 
 
+def simplify_onnx(model, shape_dict: Mapping[str, Sequence[int]] | None = None,
+                  constants: Mapping[str, Any] | None = None):
+    """The model with ``constants`` bound, ``shape_dict`` fixed, shapes inferred and constants folded (a
+    ``ModelProto``, whatever operators it holds: also what to hand ONNX Runtime for the part left out)."""
+    import onnx
+    m = onnx.ModelProto()
+    m.CopyFrom(load_model(model))
+    if constants:
+        _bind_constants(m, constants)
+    _fix_shapes(m, shape_dict or {})
+    return _optimize(m)
+
+
 def prepare_onnx(model, shape_dict: Mapping[str, Sequence[int]] | None = None,
                  outputs: Sequence[str] | None = None, constants: Mapping[str, Any] | None = None):
     """The model ready for TVM's importer (see the module's docstring), and its inputs' shapes and dtypes."""
@@ -333,10 +351,7 @@ def prepare_onnx(model, shape_dict: Mapping[str, Sequence[int]] | None = None,
         m = _extract(m, outputs, src)
     elif outputs is None:
         _check_post_processing(m)
-    if constants:
-        _bind_constants(m, constants)
-    _fix_shapes(m, shape_dict or {})
-    m = _optimize(m)
+    m = simplify_onnx(m, shape_dict, constants)
     if outputs is not None and not early:     # names inside an inlined If branch exist only after folding
         m = _extract(m, outputs, src)
     _check_convertible(m)
