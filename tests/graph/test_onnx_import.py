@@ -245,3 +245,34 @@ def test_outputs_mistakes_are_named():
     model = _lstm_model()
     with pytest.raises(graph.GraphError, match="'nope' is not a tensor of the model \\(its outputs are 'y'"):
         graph.from_onnx(model, outputs=["nope"])
+
+
+@pytest.mark.parametrize("mode", ["reflect", "constant"])
+def test_onnx_pad_becomes_a_relax_pad_that_quantize_reads(mode):
+    """TVM writes Pad as a TE function that the flow could not carry (silero-vad's STFT padding): it becomes
+    relax.nn.pad with the node's pads, and the float result is ONNX Runtime's."""
+    pads = numpy_helper.from_array(np.array([0, 0, 2, 0, 0, 1], np.int64), "pads")     # 3-D: last axis 2 / 1
+    value = numpy_helper.from_array(np.array(0.5, np.float32), "value")
+    nodes = [helper.make_node("Pad", ["x", "pads", "value"] if mode == "constant" else ["x", "pads"], ["p"],
+                              name="stft_pad", mode=mode),
+             helper.make_node("Relu", ["p"], ["y"], name="relu")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [pads, value])
+    mod, params = graph.from_onnx(model)
+    assert [gv.name_hint for gv in mod.functions] == ["main"] and "R.nn.pad" in mod["main"].script()
+    x = np.random.default_rng(7).normal(0, 1, (1, 2, 6)).astype(np.float32)
+    want = _ort(model, {"x": x})[0]
+    assert want.shape == (1, 2, 9)
+    np.testing.assert_allclose(_run_float(mod, params, x)[0], want, rtol=1e-6)
+    qmod = graph.quantize(mod, params, calibration=[x])           # reads the graph (a TE call would not be)
+    assert qmod["main"].script().count("R.nn.pad") == 1
+
+
+def test_te_functions_left_by_the_importer_are_refused_by_name():
+    reps = numpy_helper.from_array(np.array([1, 2], np.int64), "reps")
+    model = _model([helper.make_node("Tile", ["x", "reps"], ["y"], name="tile")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [reps])
+    mod, params = graph.from_onnx(model)
+    with pytest.raises(graph.GraphError, match=r"calls TE functions of its module \(tile: TVM's importer"):
+        graph.quantize(mod, params, global_scale=4.0)

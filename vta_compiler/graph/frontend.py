@@ -117,6 +117,23 @@ class _BoundCalls(relax.PyExprMutator):
         return call
 
 
+def _refuse_te_calls(mod: tvm.IRModule, func: relax.Function) -> None:
+    """The function is taken out of its module from here on, so a ``call_tir`` of one of the module's
+    PrimFuncs (a TE function an importer wrote, such as TVM's ONNX ``Flip`` or ``Tile``) has nothing to call."""
+    names = []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.call_tir" and \
+                isinstance(e.args[0], relax.GlobalVar) and e.args[0].name_hint not in names:
+            names.append(e.args[0].name_hint)
+    relax.analysis.post_order_visit(func, visit)
+    if names:
+        raise GraphError(f"the network calls TE functions of its module ({', '.join(names)}: TVM's importer wrote "
+                         "these operators as TIR, not as Relax operators); the VTA flow reads Relax operators "
+                         "only: cut the model before them (graph.from_onnx(..., outputs=[...])) and run the rest "
+                         "on the CPU")
+
+
 def bind_params(mod: tvm.IRModule, params: Any) -> relax.Function:
     """``main`` with its weight parameters replaced by constants; only the network inputs remain.
 
@@ -128,6 +145,7 @@ def bind_params(mod: tvm.IRModule, params: Any) -> relax.Function:
     func = mod[name]
     if any(isinstance(f, tirx.PrimFunc) for f in mod.functions.values()):
         func = _BoundCalls(mod).visit_expr(func)
+        _refuse_te_calls(mod, func)
     n_in = _num_inputs(func)
     weights = func.params[n_in:]
     if params is None:

@@ -360,11 +360,89 @@ def prepare_onnx(model, shape_dict: Mapping[str, Sequence[int]] | None = None,
     return m, shapes, dtypes
 
 
+_PAD_FUNCS = ("pad", "mirror_pad", "replicate_pad", "circular_pad")
+
+
+def _pad_specs(model) -> list[tuple[list[int], str, float] | None]:
+    """Per ``Pad`` node in graph order: (pad widths as ``relax.nn.pad`` takes them, mode, value), or None
+    where the pads are not constant or the mode has no Relax form."""
+    from onnx import numpy_helper
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    ranks = {}
+    for v in list(model.graph.value_info) + list(model.graph.input):
+        if v.type.tensor_type.HasField("shape"):
+            ranks[v.name] = len(v.type.tensor_type.shape.dim)
+    specs = []
+    for n in model.graph.node:
+        if n.op_type != "Pad":
+            continue
+        attrs = {a.name: a for a in n.attribute}
+        mode = attrs["mode"].s.decode() if "mode" in attrs else "constant"
+        if "pads" in attrs:                                      # opset < 11
+            pads, value, axes = list(attrs["pads"].ints), attrs["value"].f if "value" in attrs else 0.0, None
+        else:
+            ins = list(n.input) + [""] * (4 - len(n.input))
+            if ins[1] not in inits or (ins[2] and ins[2] not in inits) or (ins[3] and ins[3] not in inits):
+                specs.append(None)
+                continue
+            pads = [int(v) for v in inits[ins[1]]]
+            value = float(inits[ins[2]].ravel()[0]) if ins[2] else 0.0
+            axes = [int(v) for v in inits[ins[3]]] if ins[3] else None
+        rank = ranks.get(n.input[0], len(pads) // 2 if axes is None else None)
+        if rank is None or mode not in ("constant", "reflect"):   # relax.nn.pad's "edge" is not ONNX's edge
+            specs.append(None)
+            continue
+        axes = list(range(rank)) if axes is None else [a % rank for a in axes]
+        before, after = [0] * rank, [0] * rank
+        for k, a in enumerate(axes):
+            before[a], after[a] = pads[k], pads[k + len(axes)]
+        specs.append(([v for pair in zip(before, after) for v in pair], mode, value))
+    return specs
+
+
+def _relax_pads(mod, model):
+    """TVM's Pad converter writes a TE function (``call_tir`` of ``pad`` / ``mirror_pad``), which the VTA flow
+    cannot carry (its passes rebuild ``main`` alone); each becomes ``relax.nn.pad``, from the ONNX node's
+    constant pads (TVM converts the nodes in order, so the k-th pad call is the k-th Pad node)."""
+    import tvm
+    from tvm import relax
+    specs = _pad_specs(model)
+    if not specs:
+        return mod
+
+    @relax.expr_functor.mutator
+    class PadCalls(relax.PyExprMutator):
+        def __init__(self):
+            super().__init__(mod)
+            self.k = 0
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir" and \
+                    isinstance(call.args[0], relax.GlobalVar) and \
+                    call.args[0].name_hint.rstrip("0123456789_") in _PAD_FUNCS:
+                spec = specs[self.k] if self.k < len(specs) else None
+                self.k += 1
+                if spec is not None and len(call.args[1].fields) == 1:
+                    width, mode, value = spec
+                    return relax.op.nn.pad(call.args[1].fields[0], width, pad_mode=mode, pad_value=value)
+            return call
+    mutator = PadCalls()
+    func = mutator.visit_expr(mod["main"])
+    if mutator.k != len(specs):          # not the one-to-one order assumed: leave the module as TVM wrote it
+        return mod
+    out = mod.__class__({"main": func}, global_infos=mod.global_infos)
+    for gv, f in mod.functions.items():
+        if gv.name_hint != "main":
+            out[gv] = f
+    return relax.transform.DeadCodeElimination(["main"])(out)
+
+
 def import_onnx(model, shape_dict=None, opset: int | None = None, outputs=None, constants=None):
     """TVM's importer on the prepared model; a converter failure names the ONNX node."""
     m, shapes, dtypes = prepare_onnx(model, shape_dict, outputs, constants)
     try:
-        return _tvm_import(m, opset, shapes, dtypes)
+        return _relax_pads(_tvm_import(m, opset, shapes, dtypes), m)
     except Exception as exc:
         node = _failing_node(m, opset, shapes, dtypes)
         if node is None:
