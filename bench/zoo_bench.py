@@ -112,7 +112,7 @@ def model_row(name: str, quick: bool, tsim: bool) -> dict:
         stage = "run"
         n = 4 if quick else 16
         s = m.samples(n, seed=0, size=size)
-        cpu = relax.VirtualMachine(tvm.compile(qmod, "llvm"), tvm.cpu())
+        cpu = relax.VirtualMachine(tvm.compile(qmod, tvm.target.Target({"kind": "llvm", "opt-level": 0})), tvm.cpu())
         dev = FsimDevice()
         vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
         try:
