@@ -35,7 +35,7 @@ def from_onnx(model, shape_dict: dict[str, list[int]] | None = None, opset: int 
     node's output), to leave label or post-processing outputs (``ZipMap``, ``ArrayFeatureExtractor``) or
     an operator the importer cannot convert (``LSTM``) to the CPU. ``constants`` fixes inputs that
     select a mode (a sample rate an ``If`` branches on). Shapes are inferred and constants folded
-    (onnxscript's optimizer) before TVM's importer; a node it cannot convert is named in the error.
+    (onnxscript's optimizer, then onnxsim) before TVM's importer; a node it cannot convert is named in the error.
     See ``onnx_import``.
     """
     try:

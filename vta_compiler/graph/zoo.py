@@ -572,7 +572,7 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in [
              _mlp_samples, _score_mlp, finisher=_mlp_finish, builder=_build_mlp,
              notes="trained at run time on scikit-learn's digits; the label operators stay on the CPU"),
     ZooModel("magika", "Magika file-type classifier (214 content types): bytes in, type out",
-             "magika", "magika", "models/standard_v3_3/model.onnx", "tf2onnx", "Apache-2.0",
+             "magika", "magika", "models/standard_v3_3/model.onnx", "tf2onnx (JAX through jax2tf)", "Apache-2.0",
              "top-1 agreement with float", {s: _shape(bytes=[1, 2048]) for s in ("test", "bench")},
              _magika_samples, _score_agree, notes="real files of the Python installation"),
     ZooModel("nudenet", "NudeNet 320n detector (YOLOv8n, 18 classes): boxes and scores",
