@@ -258,16 +258,21 @@ def _check_convertible(model) -> None:
         inputs = {i.name for i in graph_inputs(model)}
         prod = _producers(model)
 
-        def sources(name, seen):
-            if name in inputs:
-                return {name}
-            n = prod.get(name)
-            if n is None or name in seen:
-                return set()
-            seen.add(name)
-            return set().union(*[sources(i, seen) for i in n.input if i] or [set()])
+        def sources(name: str) -> set[str]:
+            """The graph inputs a tensor depends on."""
+            found, seen, stack = set(), set(), [name]
+            while stack:
+                t = stack.pop()
+                if t in seen:
+                    continue
+                seen.add(t)
+                if t in inputs:
+                    found.add(t)
+                elif t in prod:
+                    stack.extend(i for i in prod[t].input if i)
+            return found
         n = ifs[0]
-        src = sorted(sources(n.input[0], set()))
+        src = sorted(sources(n.input[0]))
         fix = f"fix the inputs it depends on with constants={{{', '.join(repr(s) + ': ...' for s in src)}}}" \
             if src else "its condition could not be folded"
         raise GraphError(f"ONNX node {n.name!r} (If) branches on a value computed at run time (from "
