@@ -94,10 +94,14 @@ def load_calibration(path: str, inputs: list[tuple[str, tuple[int, ...], str]]) 
         where = [str(f) for f in files]
     else:
         try:
-            with np.load(p) as z:
-                arrays = {k: z[k] for k in z.files}
+            loaded = np.load(p)
         except (OSError, ValueError) as exc:
-            raise CliError(f"calibration data {path} is not an .npz file: {exc}") from None
+            raise CliError(f"calibration data {path} is neither an .npz nor an .npy file: {exc}") from None
+        if isinstance(loaded, np.ndarray):         # one .npy: one batch
+            arrays = {"batch": loaded}
+        else:
+            with loaded:
+                arrays = {k: loaded[k] for k in loaded.files}
         if not arrays:
             raise CliError(f"calibration data {path} holds no arrays")
         if len(inputs) > 1:
@@ -368,7 +372,10 @@ def cmd_tracker(args) -> int:
 
 def cmd_server(args) -> int:
     from .exec import rpc_server
-    argv = ["--host", args.host, "--port", str(args.port), "--port-end", str(args.port_end)]
+    port_end = args.port_end or args.port + 100
+    if port_end <= args.port:
+        raise CliError(f"--port-end {port_end} must be above --port {args.port}")
+    argv = ["--host", args.host, "--port", str(args.port), "--port-end", str(port_end)]
     for opt in ("key", "tracker", "config", "state_dir"):
         v = getattr(args, opt)
         if v:
@@ -419,7 +426,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("server", help="start a VTA RPC server (on a board, or tsim/fsim here)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
     s.add_argument("--port", type=int, default=9091)
-    s.add_argument("--port-end", type=int, default=9199)
+    s.add_argument("--port-end", type=int, help="the last port to try (default: --port + 100)")
     s.add_argument("--key", help="key announced to the tracker (default: the configuration's TARGET)")
     s.add_argument("--tracker", help="HOST:PORT of a tracker to register with")
     s.add_argument("--config", help="configuration file (default: $VTA_CONFIG or the repository's)")
@@ -432,12 +439,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from vta_hw.spec import ConfigError
 
+    from .autotune import MeasureError
     from .graph import GraphError, QuantizationError
     from .tiling import RecordsError
     from .transform import VTACompileError
     try:
         return args.fn(args)
-    except (CliError, ConfigError, GraphError, QuantizationError, RecordsError, VTACompileError) as exc:
+    except (CliError, ConfigError, GraphError, MeasureError, QuantizationError, RecordsError,
+            VTACompileError) as exc:
         print(f"vta {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
