@@ -11,6 +11,10 @@
 * a picture (``build/bench/resnet18_layers.png``): tsim cycles per VTA layer beside its ideal (fsim
   wall time without ``--tsim``), and each host operator's share of the host time.
 
+Then ResNet-50 (v1, bottleneck blocks, 224x224; 64x64 with ``--quick``): its share of MACs on VTA, fsim
+exact against the CPU int8 run, and with ``--tsim`` the tsim cycles of its VTA part, the fraction of peak
+and the VTA part in ms at the same clocks.
+
 Targets: >= 99% of MACs on VTA; build <= 20 s; VTA part <= 100 ms at 100 MHz (>= 71% of peak over the
 network); fsim peak memory <= 2 GiB.
 """
@@ -58,10 +62,10 @@ class CallTimer:
         return 0
 
 
-def _resnet(image: int):
+def _resnet(image: int, depth: int = 18):
     from vta_compiler import graph
     from vta_compiler.graph.models import imagenet_like, resnet_onnx
-    model = resnet_onnx(18, image=image)
+    model = resnet_onnx(depth, image=image)
     x = imagenet_like(1, image, seed=13)
     return graph, model, x, [imagenet_like(1, image, seed=s) for s in (11, 12)]
 
@@ -241,6 +245,79 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
               f"(target <= {TARGET_VTA_MS_100MHZ:.0f}), {out['vta_ms_333mhz']:.1f} ms at 333 MHz; original VTA on "
               f"Pynq: {ORIGINAL_PYNQ_MS} ms; {100 * out['vta_efficiency']:.1f}% of peak; exact: {out['tsim_exact']}")
     print(f"  picture: {png}")
+    out["resnet50"] = run_resnet50(image, tsim)
+    return out
+
+
+def vta_part_on_tsim(ex, x, config=None) -> dict:
+    """Run ``ex`` on a tsim of ``config`` (default: the environment's); the VTA part's cycles per kernel call."""
+    import tvm
+    from tvm import relax
+
+    import vta_runtime
+    from sim.tsim import TsimDevice
+    tdev = TsimDevice(config)
+    vta_runtime.set_command_queue(vta_runtime.CommandQueue(tdev))
+    try:
+        vm = relax.VirtualMachine(ex, [tvm.cpu(), tvm.ext_dev(0)])
+        timer = CallTimer(tdev)
+        vm.set_instrument(timer)
+        t0 = time.perf_counter()
+        got = vm["main"](tvm.runtime.tensor(x)).numpy()
+        wall = time.perf_counter() - t0
+        stats = tdev.stats()
+    finally:
+        vta_runtime.set_command_queue(None)
+        tdev.close()
+    cycles = [c for name, _, c in timer.calls if name.startswith("vta_")]
+    return {"output": got, "cycles": cycles, "wall_s": wall, "stats": stats}
+
+
+def run_resnet50(image: int, tsim: bool) -> dict:
+    """ResNet-50's row: VTA share, fsim exact against the CPU int8 run, tsim cycles of the VTA part."""
+    import tvm
+    from tvm import relax
+
+    import vta_runtime
+    from sim.fsim import FsimDevice
+    from vta_compiler.environment import get_env
+    graph, model, x, cal = _resnet(image, depth=50)
+    out: dict = {"network": f"ResNet-50 v1, {image}x{image}, batch 1"}
+    mod, params = graph.from_onnx(model)
+    qmod = graph.quantize(mod, params, calibration=cal)
+    t0 = time.perf_counter()
+    pmod = graph.graph_pack(qmod)
+    ex = graph.build(pmod)
+    out["build_s"] = time.perf_counter() - t0
+    pl = graph.placement(pmod)
+    out["vta_mac_share"], out["macs"], out["vta_layers"] = pl.vta_share, pl.total_macs, len(pl.vta_rows)
+    want = relax.VirtualMachine(tvm.compile(qmod, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice()))
+    try:
+        got = relax.VirtualMachine(ex, [tvm.cpu(), tvm.ext_dev(0)])["main"](tvm.runtime.tensor(x)).numpy()
+    finally:
+        vta_runtime.set_command_queue(None)
+    out["exact"] = bool(np.array_equal(got, want))
+    print(f"{out['network']}: {pl.summary()}; build {out['build_s']:.1f} s; fsim exact against the CPU: "
+          f"{out['exact']}")
+    if tsim:
+        from sim.tsim import verilator_available
+        if not verilator_available():
+            out["tsim"] = "skipped: Verilator is not installed"
+            return out
+        run = vta_part_on_tsim(ex, x)
+        env = get_env()
+        peak = env.BATCH * env.BLOCK_IN * env.BLOCK_OUT
+        vta_macs = sum(r["macs"] for r in pl.vta_rows)
+        total = sum(run["cycles"])
+        out.update(tsim_exact=bool(np.array_equal(run["output"], want)), tsim_vta_cycles=total,
+                   tsim_wall_s=run["wall_s"], vta_efficiency=vta_macs / peak / total if total else 0.0,
+                   vta_ms_100mhz=total / 100e3, vta_ms_333mhz=total / 333e3,
+                   tsim_layers=[{"name": r["name"], "cycles": c, "ideal": r["macs"] / peak}
+                                for r, c in zip(pl.vta_rows, run["cycles"])])
+        print(f"  tsim: VTA part {total:,} cycles = {out['vta_ms_100mhz']:.1f} ms at 100 MHz, "
+              f"{out['vta_ms_333mhz']:.1f} ms at 333 MHz; {100 * out['vta_efficiency']:.1f}% of peak; "
+              f"exact: {out['tsim_exact']} ({run['wall_s']:.0f} s of tsim)")
     return out
 
 

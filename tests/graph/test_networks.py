@@ -89,6 +89,54 @@ def test_resnet34_packs_with_every_layer_on_vta():
     assert len(pl.vta_rows) == 37 and pl.vta_share >= 0.99
 
 
+def _resnet50_macs_by_hand(image: int, stride_in_3x3: bool) -> tuple[int, int]:
+    """(convolutions, MACs) of ResNet-50 counted from the paper's table, layer by layer."""
+    size = image // 2                                  # 7x7/2 stem
+    macs, convs = size * size * 64 * 3 * 49, 1
+    size //= 2                                         # 3x3/2 max pool
+    cin = 64
+    for n, width in zip((3, 4, 6, 3), (64, 128, 256, 512)):
+        for k in range(n):
+            stride = 2 if width != 64 and k == 0 else 1
+            out = size // stride
+            mid = size if stride_in_3x3 else out       # where the reduce 1x1 leaves the map
+            macs += mid * mid * cin * width            # 1x1 reduce
+            macs += out * out * width * width * 9      # 3x3
+            macs += out * out * width * 4 * width      # 1x1 expand
+            convs += 3
+            if k == 0:
+                macs += out * out * cin * 4 * width    # projection shortcut
+                convs += 1
+            cin, size = 4 * width, out
+    return convs, macs + 2048 * 1000                   # the classifier
+
+
+@pytest.mark.parametrize("v15", [False, True])
+def test_resnet50_has_the_papers_layers_and_macs(v15):
+    from onnx import shape_inference
+    model = shape_inference.infer_shapes(resnet_onnx(50, stride_in_3x3=v15))
+    dims = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+            for vi in [*model.graph.value_info, *model.graph.output]}
+    weights = {i.name: list(i.dims) for i in model.graph.initializer}
+    convs = [n for n in model.graph.node if n.op_type == "Conv"]
+    macs = sum(int(np.prod(dims[n.output[0]])) * int(np.prod(weights[n.input[1]][1:])) for n in convs)
+    macs += int(np.prod(weights[next(n for n in model.graph.node if n.op_type == "Gemm").input[1]]))
+    assert (len(convs), macs) == _resnet50_macs_by_hand(224, v15)
+    assert macs == (4_089_184_256 if v15 else 3_857_973_248)   # 4.09 G for torchvision's v1.5
+    assert dims[model.graph.output[0].name] == [1, 1000]
+
+
+def test_small_resnet50_on_fsim_equals_the_cpu_run(fsim):
+    """Bottleneck blocks (1x1 reduce, 3x3, 1x1 expand, projection shortcuts) on VTA, exactly."""
+    qmod, x = quantized_resnet(50, image=32, widths=(8, 16, 16, 32), num_classes=16)
+    pmod = graph.graph_pack(qmod)
+    pl = graph.placement(pmod)
+    assert len(pl.vta_rows) == 54 and pl.vta_share >= 0.99      # 53 convolutions and the classifier
+    want = run_cpu(qmod, x)[0]
+    np.testing.assert_array_equal(run_vta(graph.build(pmod), x)[0], want)
+    assert len(np.unique(want)) >= 12, "the logits should be informative"
+
+
 def test_export_and_load(resnet18, fsim, tmp_path):
     qmod, x = quantized_resnet(18, **SMALL)
     ex = graph.build(graph.graph_pack(qmod))

@@ -1,6 +1,7 @@
 """Networks shipped with the repository (built in code, no downloads).
 
-* ``resnet_onnx(18 | 34)``: ResNet v1 as ONNX with batch norm, seeded random weights.
+* ``resnet_onnx(18 | 34 | 50)``: ResNet v1 as ONNX with batch norm (50: bottleneck blocks), seeded random
+  weights.
 * ``mobilenet_v1_onnx()``: MobileNet v1 as ONNX (depthwise-separable blocks, batch norm, ReLU6, a
   width multiplier), seeded random weights.
 * ``dcgan_generator_onnx()``: a DCGAN-style generator as ONNX (transposed convolutions, batch norm,

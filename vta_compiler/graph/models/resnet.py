@@ -1,17 +1,23 @@
-"""ResNet-18 and ResNet-34 (ImageNet shapes) as ONNX models with seeded random weights.
+"""ResNet-18, -34 and -50 (ImageNet shapes) as ONNX models with seeded random weights.
 
 Built node by node with ``onnx.helper`` (no download): the v1 architecture (7x7/2 stem, 3x3/2 max
-pool, basic blocks, 1x1/2 projection shortcuts, global average pool, fully connected), each
-convolution followed by BatchNormalization so the importer's batch-norm folding is exercised.
-Weights are He-normal; batch-norm statistics are random but plausible, so activations neither
-vanish nor explode over the depth.
+pool, basic blocks (18, 34) or bottleneck blocks (50: 1x1 reduce, 3x3, 1x1 expand to four times the
+stage width), 1x1 projection shortcuts, global average pool, fully connected), each convolution
+followed by BatchNormalization so the importer's batch-norm folding is exercised. ResNet-50 is the
+paper's v1 by default: a stage's stride sits in its first block's first 1x1 convolution (3.86 G MACs at
+224x224, the Caffe model accelerator figures are usually quoted for); ``stride_in_3x3=True`` gives
+v1.5 (torchvision's: the stride in the 3x3, 4.09 G MACs). Weights are He-normal; batch-norm statistics
+are random but plausible, so activations neither vanish nor explode over the depth.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-BLOCKS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
+BLOCKS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3), 50: (3, 4, 6, 3)}
+#: depths built from bottleneck blocks (output channels: EXPANSION x the stage width)
+BOTTLENECK = frozenset({50})
+EXPANSION = 4
 WIDTHS = (64, 128, 256, 512)
 
 
@@ -52,11 +58,12 @@ class _Builder:
 
 
 def resnet_onnx(depth: int = 18, batch: int = 1, image: int = 224, num_classes: int = 1000, seed: int = 0,
-                widths: tuple[int, int, int, int] = WIDTHS):
-    """An ONNX ResNet-``depth`` (18 or 34) for ``(batch, 3, image, image)`` float32 input ``data``.
+                widths: tuple[int, int, int, int] = WIDTHS, stride_in_3x3: bool = False):
+    """An ONNX ResNet-``depth`` (18, 34 or 50) for ``(batch, 3, image, image)`` float32 input ``data``.
 
     ``widths``: the channels of the four stages (ImageNet ResNets: 64, 128, 256, 512; smaller values
-    give small test networks of the same structure)."""
+    give small test networks of the same structure; ResNet-50's blocks put out four times as many).
+    ``stride_in_3x3``: ResNet-50 v1.5 (see the module docstring)."""
     from onnx import TensorProto, helper
     if depth not in BLOCKS:
         raise ValueError(f"ResNet depth {depth} is not one of {sorted(BLOCKS)}")
@@ -67,11 +74,18 @@ def resnet_onnx(depth: int = 18, batch: int = 1, image: int = 224, num_classes: 
     for stage, (n_blocks, width) in enumerate(zip(BLOCKS[depth], widths)):
         for k in range(n_blocks):
             stride = 2 if stage > 0 and k == 0 else 1
-            y = b.conv_bn(x, cin, width, 3, stride, relu=True)
-            y = b.conv_bn(y, width, width, 3, 1, relu=False)
-            short = b.conv_bn(x, cin, width, 1, stride, relu=False) if stride != 1 or cin != width else x
+            cout = EXPANSION * width if depth in BOTTLENECK else width
+            if depth in BOTTLENECK:
+                s1, s3 = (1, stride) if stride_in_3x3 else (stride, 1)
+                y = b.conv_bn(x, cin, width, 1, s1, relu=True)
+                y = b.conv_bn(y, width, width, 3, s3, relu=True)
+                y = b.conv_bn(y, width, cout, 1, 1, relu=False)
+            else:
+                y = b.conv_bn(x, cin, width, 3, stride, relu=True)
+                y = b.conv_bn(y, width, width, 3, 1, relu=False)
+            short = b.conv_bn(x, cin, cout, 1, stride, relu=False) if stride != 1 or cin != cout else x
             x = b.node("Relu", [b.node("Add", [y, short])])
-            cin = width
+            cin = cout
     x = b.node("GlobalAveragePool", [x])
     x = b.node("Flatten", [x], axis=1)
     fc_w = b.init("fc_w", b.rng.normal(0.0, np.sqrt(1.0 / cin), (num_classes, cin)))
