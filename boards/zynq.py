@@ -8,7 +8,8 @@
   M_AXI_HPM0_FPD at 0xA000_0000) through :class:`boards.axi_bridge.AxiToLite`.
 * The core's AXI master drives the coherent port the original VTA used: Zynq-7000 S_AXI_ACP (AXI3,
   64-bit, bursts of at most 16 beats, AxUSER[0]=1 for coherent transactions) or ZynqMP
-  S_AXI_HPC0_FPD (AXI4, 128-bit).
+  S_AXI_HPC0_FPD (AXI4, 128-bit). With ``AXI_PORTS = 2`` (ZynqMP) the core's 256-bit master goes through
+  :class:`vta_hw.axi_split.AxiSplit` onto S_AXI_HPC0_FPD and S_AXI_HPC1_FPD, the two coherent ports.
 * The core's interrupt goes to the PS (IRQ_F2P[0] / pl_ps_irq0[0]).
 
 Port names are those of the hard-block primitives (yosys ``cells_xtra.v``); the PS itself is a
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 from amaranth.hdl import C, Cat, ClockDomain, ClockSignal, Elaboratable, Instance, Module, Signal
 from amaranth.lib.cdc import ResetSynchronizer
+from amaranth.lib.wiring import In
 
+from vta_hw.axi_split import AxiSplit
 from vta_hw.core import VtaCore
 from vta_hw.spec import Config
 
@@ -33,6 +36,7 @@ PS7_GP0 = ("MAXIGP0", 32, 12, 4, 2, 2, 0, True)
 PS7_ACP = ("SAXIACP", 32, 3, 4, 2, 2, 5, True)
 PS8_HPM0 = ("MAXIGP0", 40, 16, 8, 3, 1, 16, False)
 PS8_HPC0 = ("SAXIGP0", 49, 6, 8, 3, 1, 1, False)
+PS8_HPC1 = ("SAXIGP1", 49, 6, 8, 3, 1, 1, False)
 
 
 def _gp_master_ports(m: Module, port, bridge: AxiToLite, aclk) -> dict:
@@ -59,20 +63,25 @@ def _gp_master_ports(m: Module, port, bridge: AxiToLite, aclk) -> dict:
     return args
 
 
-def _hp_slave_ports(m: Module, core: VtaCore, port, clocks: dict) -> dict:
-    """Instance arguments that connect the core's AXI master to the PS's coherent slave port.
+def _hp_slave_ports(m: Module, core, port, clocks: dict, prefix: str = "m_axi", write_id: int = VtaCore.write_id) \
+        -> dict:
+    """Instance arguments that connect an AXI master (the core's, or one port of ``AxiSplit``: the flat
+    ports ``<prefix>_*`` of ``core``) to the PS's coherent slave port.
 
     The core routes read data and write responses by AXI ID, so RID and BID come back whole
     (the PS echoes the IDs the core sent, which fit in the core's ID width)."""
     p, addr_bits, id_bits, len_bits, size_bits, lock_bits, user_bits, axi3 = port
     args = dict(clocks)
     rid, bid = Signal(id_bits, name=f"{p.lower()}_rid"), Signal(id_bits, name=f"{p.lower()}_bid")
-    m.d.comb += [core.m_axi_rid.eq(rid), core.m_axi_bid.eq(bid)]
+
+    def pin(name):
+        return getattr(core, f"{prefix}_{name}")
+    m.d.comb += [pin("rid").eq(rid), pin("bid").eq(bid)]
     for ch in ("AW", "AR"):
         lc = ch.lower()
 
         def g(name, lc=lc):
-            return getattr(core, f"m_axi_{lc}{name}")
+            return pin(f"{lc}{name}")
         args.update({
             f"i_{p}{ch}ADDR": g("addr").as_unsigned() if addr_bits <= 32 else Cat(g("addr"), C(0, addr_bits - 32)),
             f"i_{p}{ch}ID": Cat(g("id"), C(0, id_bits - len(g("id")))) if id_bits > len(g("id")) else g("id"),
@@ -83,16 +92,16 @@ def _hp_slave_ports(m: Module, core: VtaCore, port, clocks: dict) -> dict:
             f"i_{p}{ch}VALID": g("valid"), f"o_{p}{ch}READY": g("ready"),
         })
     args.update({
-        f"i_{p}WDATA": core.m_axi_wdata, f"i_{p}WSTRB": core.m_axi_wstrb, f"i_{p}WLAST": core.m_axi_wlast,
-        f"i_{p}WVALID": core.m_axi_wvalid, f"o_{p}WREADY": core.m_axi_wready,
-        f"o_{p}BID": bid, f"o_{p}BRESP": core.m_axi_bresp,
-        f"o_{p}BVALID": core.m_axi_bvalid, f"i_{p}BREADY": core.m_axi_bready,
-        f"o_{p}RID": rid, f"o_{p}RDATA": core.m_axi_rdata,
-        f"o_{p}RRESP": core.m_axi_rresp, f"o_{p}RLAST": core.m_axi_rlast, f"o_{p}RVALID": core.m_axi_rvalid,
-        f"i_{p}RREADY": core.m_axi_rready,
+        f"i_{p}WDATA": pin("wdata"), f"i_{p}WSTRB": pin("wstrb"), f"i_{p}WLAST": pin("wlast"),
+        f"i_{p}WVALID": pin("wvalid"), f"o_{p}WREADY": pin("wready"),
+        f"o_{p}BID": bid, f"o_{p}BRESP": pin("bresp"),
+        f"o_{p}BVALID": pin("bvalid"), f"i_{p}BREADY": pin("bready"),
+        f"o_{p}RID": rid, f"o_{p}RDATA": pin("rdata"),
+        f"o_{p}RRESP": pin("rresp"), f"o_{p}RLAST": pin("rlast"), f"o_{p}RVALID": pin("rvalid"),
+        f"i_{p}RREADY": pin("rready"),
     })
     if axi3:
-        args[f"i_{p}WID"] = C(core.write_id, id_bits)   # the core writes with one ID, in order
+        args[f"i_{p}WID"] = C(write_id, id_bits)   # the core writes with one ID, in order
     return args
 
 
@@ -101,7 +110,7 @@ class _ZynqTop(Elaboratable):
 
     def __init__(self, config: Config):
         self.config = config
-        self.core = VtaCore(config, max_burst_beats=self.max_burst)
+        self.core = VtaCore(config, max_burst_beats=min(self.max_burst, config.AXI_MAX_BURST_BEATS))
 
     max_burst = 256
 
@@ -165,8 +174,20 @@ class ZynqMPTop(_ZynqTop):
         m.d.comb += irq[0].eq(self.core.irq)
         ps_args = {"o_PLCLK": plclk, "o_EMIOGPIOO": emio, "i_PLPSIRQ0": irq}
         ps_args.update(_gp_master_ports(m, PS8_HPM0, self.bridge, ClockSignal("sync")))
-        ps_args.update(_hp_slave_ports(m, self.core, PS8_HPC0,
-                                       {"i_SAXIGP0RCLK": ClockSignal("sync"), "i_SAXIGP0WCLK": ClockSignal("sync")}))
+        clk = ClockSignal("sync")
+        if self.config.AXI_PORTS == 1:
+            ps_args.update(_hp_slave_ports(m, self.core, PS8_HPC0, {"i_SAXIGP0RCLK": clk, "i_SAXIGP0WCLK": clk}))
+        else:   # the core's reads spread over HPC0 and HPC1
+            cfg = self.config
+            m.submodules.split = split = AxiSplit(cfg.AXI_DATA_BITS, cfg.AXI_MAX_BURST_BEATS)
+            for name, member in split.signature.members.items():
+                if name.startswith("s_axi_"):
+                    core_pin, split_pin = getattr(self.core, "m_axi_" + name[6:]), getattr(split, name)
+                    m.d.comb += (split_pin.eq(core_pin) if member.flow == In else core_pin.eq(split_pin))
+            ps_args.update(_hp_slave_ports(m, split, PS8_HPC0, {"i_SAXIGP0RCLK": clk, "i_SAXIGP0WCLK": clk},
+                                           prefix="m0_axi"))
+            ps_args.update(_hp_slave_ports(m, split, PS8_HPC1, {"i_SAXIGP1RCLK": clk, "i_SAXIGP1WCLK": clk},
+                                           prefix="m1_axi"))
         m.submodules.ps8 = Instance("PS8", **ps_args)
         return m
 

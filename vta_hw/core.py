@@ -53,8 +53,9 @@ def check_buildable(cfg: Config) -> None:
             article = "a" if name == "WGT" else "an"
             raise HardwareConfigError(
                 f"{cfg.source}: {article} {name} element is {eb} bytes, narrower than the {cfg.AXI_DATA_BITS}-bit "
-                f"AXI bus of TARGET={cfg.TARGET}; the hardware needs INP/WGT/ACC/OUT elements of at least {beat} "
-                "bytes (raise LOG_BATCH or LOG_BLOCK)")
+                f"AXI bus of TARGET={cfg.TARGET}" + (f" with AXI_PORTS={cfg.AXI_PORTS}" if cfg.AXI_PORTS > 1 else "")
+                + f"; the hardware needs INP/WGT/ACC/OUT elements of at least {beat} bytes (raise LOG_BATCH or "
+                "LOG_BLOCK" + (", or use fewer AXI_PORTS)" if cfg.AXI_PORTS > 1 else ")"))
     if cfg.INP_WIDTH != 8 or cfg.WGT_WIDTH != 8 or cfg.ACC_WIDTH != 32:
         raise HardwareConfigError(f"{cfg.source}: the hardware implements int8 inputs/weights and int32 accumulators")
 

@@ -1,7 +1,8 @@
 """Loading, validating and deriving the VTA configuration (``vta_config.json``).
 
 Everything numeric that the hardware, runtime, simulators and compiler need is derived here
-from the eleven configuration keys; nothing else in the project hard-codes these numbers.
+from the eleven configuration keys (and the optional ones, ``OPTIONAL_KEYS``); nothing else in the
+project hard-codes these numbers.
 """
 
 from __future__ import annotations
@@ -44,6 +45,17 @@ _INT_KEYS: dict[str, tuple[int, int, str]] = {
     "LOG_ACC_BUFF_SIZE": (4, 24, "buffer sizes are 2^x bytes"),
 }
 KEYS = ("TARGET", "HW_VER", *_INT_KEYS)
+# Optional keys: a configuration without them is exactly what it was before they existed (same derived
+# numbers, same hash); one that states the target's default is normalised to leave it out.
+# key -> (inclusive range, what it means)
+_OPTIONAL_INT_KEYS: dict[str, tuple[int, int, str]] = {
+    "FPGA_FREQ": (10, 1000, "the clock the core is built for, in MHz (default: the TARGET's)"),
+    "AXI_PORTS": (1, 2, "memory ports the core's DMA reads are spread over (default 1)"),
+}
+OPTIONAL_KEYS = tuple(_OPTIONAL_INT_KEYS)
+#: Longest burst (in beats of the core's bus) when the core's reads are spread over several ports: the
+#: board top splits every burst into one per port and buffers the halves (``vta_hw.axi_split``).
+SPLIT_MAX_BURST = 32
 
 # Per-target FPGA facts (spec 1.4). sim and tsim model the Pynq system.
 _PYNQ = {
@@ -55,6 +67,7 @@ _PYNQ = {
     "fpga_per": 7,
     "fpga_log_axi_bus_width": 6,
     "fpga_axi_max_burst": 16,   # the Zynq-7000's S_AXI_ACP is AXI3: bursts of at most 16 beats
+    "fpga_axi_ports": 1,        # coherent memory ports for the core: S_AXI_ACP
     "axi_prot_bits": "000",
     "axi_cache_bits": "1111",
     "ip_reg_map_range": 0x1000,
@@ -72,6 +85,7 @@ _ULTRA96 = {
     "fpga_per": 2,
     "fpga_log_axi_bus_width": 7,
     "fpga_axi_max_burst": 256,  # S_AXI_HPC0_FPD is AXI4
+    "fpga_axi_ports": 2,        # coherent memory ports: S_AXI_HPC0_FPD and S_AXI_HPC1_FPD
     "axi_prot_bits": "010",
     "fetch_base_addr": 0xA0000000,
     "load_base_addr": 0xA0001000,
@@ -100,7 +114,10 @@ _DE10NANO = {
     "store_base_addr": 0xFF223000,
     "bitstream_ext": ".rbf",   # raw binary (compressed), what the Linux FPGA manager of a Cyclone V takes
 }
-TARGETS: dict[str, dict[str, Any]] = {"sim": _PYNQ, "tsim": _PYNQ, "pynq": _PYNQ, "ultra96": _ULTRA96,
+# sim and tsim model the Pynq system; they take a board's AXI_PORTS so that a board's configuration can be
+# compiled with TARGET sim (tsim runs it with the board's system: TsimDevice(board_config))
+_SIM = {**_PYNQ, "fpga_axi_ports": 2}
+TARGETS: dict[str, dict[str, Any]] = {"sim": _SIM, "tsim": _SIM, "pynq": _PYNQ, "ultra96": _ULTRA96,
                                       "zcu104": _ZCU104, "de10nano": _DE10NANO}
 #: Targets whose device is a simulator on this machine, and those that are boards.
 SIMULATED_TARGETS = ("sim", "tsim")
@@ -137,6 +154,7 @@ class Config:
         self._raw = raw
         for k, v in raw.items():
             setattr(self, k, v)
+        self.AXI_PORTS: int = raw.get("AXI_PORTS", 1)
         self._derive()
         try:
             self.isa = Isa(self.LOG_UOP_BUFF_DEPTH, self.LOG_ACC_BUFF_DEPTH, self.LOG_INP_BUFF_DEPTH,
@@ -194,14 +212,23 @@ class Config:
         t = TARGETS[self.TARGET]
         for k, v in t.items():
             setattr(self, k, v)
-        self.LOG_BUS_WIDTH = self.fpga_log_axi_bus_width
-        self.AXI_DATA_BITS = 1 << self.LOG_BUS_WIDTH
+        if "FPGA_FREQ" in self._raw:
+            self.fpga_freq = self._raw["FPGA_FREQ"]
+            self.fpga_per = max(1, int(700 / self.fpga_freq))   # the original's HLS period: 70% of the clock's
+        #: one memory port of the board (bits per beat); the core's own bus is AXI_PORTS of them side by side
+        self.AXI_PORT_DATA_BITS = 1 << self.fpga_log_axi_bus_width
+        self.AXI_DATA_BITS = self.AXI_PORT_DATA_BITS * self.AXI_PORTS
+        self.LOG_BUS_WIDTH = self.AXI_DATA_BITS.bit_length() - 1
         self.AXI_DATA_BYTES = self.AXI_DATA_BITS // 8
-        self.AXI_MAX_BURST_BEATS = self.fpga_axi_max_burst
+        self.AXI_MAX_BURST_BEATS = self.fpga_axi_max_burst if self.AXI_PORTS == 1 else \
+            min(self.fpga_axi_max_burst, SPLIT_MAX_BURST)
 
+        # optional keys add their tags (..._17_p2_300mhz): a core built with one never matches a config without it
         self.BITSTREAM = (f"{self.BATCH}x{self.BLOCK_IN}_i{self.INP_WIDTH}w{self.WGT_WIDTH}a{self.ACC_WIDTH}"
                           f"_{self.LOG_UOP_BUFF_SIZE}_{self.LOG_INP_BUFF_SIZE}_{self.LOG_WGT_BUFF_SIZE}"
-                          f"_{self.LOG_ACC_BUFF_SIZE}")
+                          f"_{self.LOG_ACC_BUFF_SIZE}"
+                          + (f"_p{self.AXI_PORTS}" if "AXI_PORTS" in self._raw else "")
+                          + (f"_{self.fpga_freq}mhz" if "FPGA_FREQ" in self._raw else ""))
         self.MODEL = f"{self.TARGET}_{self.BITSTREAM}"
         self.MAX_XFER = MAX_XFER
         self.PAGE_BYTES = PAGE_BYTES
@@ -229,7 +256,7 @@ class Config:
     # ------------------------------------------------------------------ views
     @property
     def cfg_dict(self) -> dict[str, Any]:
-        """The eleven configuration keys (what ``vta_config.json`` holds)."""
+        """The eleven configuration keys and the optional ones it sets (what ``vta_config.json`` holds)."""
         return dict(self._raw)
 
     def pkg_dict(self) -> dict[str, Any]:
@@ -247,11 +274,12 @@ class Config:
 
         ``hardware_only`` ignores the fields that do not change the generated hardware
         (TARGET only matters through the AXI data width, burst length and the AxCACHE/AxPROT bits the core
-        drives).
+        drives; FPGA_FREQ not at all: the same core runs at any clock it meets).
         """
         d = self.cfg_dict
         if hardware_only:
             d.pop("TARGET")
+            d.pop("FPGA_FREQ", None)
             d["AXI_DATA_BITS"] = self.AXI_DATA_BITS
             d["AXI_MAX_BURST_BEATS"] = self.AXI_MAX_BURST_BEATS
             d["AXI_ATTRS"] = self.axi_cache_bits + self.axi_prot_bits
@@ -297,13 +325,13 @@ class Config:
 
 
 def _validate_keys(cfg: dict[str, Any], source: str) -> dict[str, Any]:
-    unknown = sorted(set(cfg) - set(KEYS))
+    unknown = sorted(set(cfg) - set(KEYS) - set(OPTIONAL_KEYS))
     if unknown:
         hint = ""
         if set(unknown) & {"HW_FREQ", "HW_CLK_TARGET"}:
-            hint = " (HW_FREQ/HW_CLK_TARGET were removed from VTA; the clock follows TARGET)"
+            hint = " (HW_FREQ/HW_CLK_TARGET were removed from VTA; the clock follows TARGET, or FPGA_FREQ in MHz)"
         raise ConfigError(f"{source}: unknown configuration key(s) {', '.join(unknown)}{hint}; "
-                          f"the valid keys are {', '.join(KEYS)}")
+                          f"the valid keys are {', '.join(KEYS)} and the optional {', '.join(OPTIONAL_KEYS)}")
     missing = [k for k in KEYS if k not in cfg]
     if missing:
         raise ConfigError(f"{source}: missing configuration key(s) {', '.join(missing)}")
@@ -323,7 +351,23 @@ def _validate_keys(cfg: dict[str, Any], source: str) -> dict[str, Any]:
         if not lo <= v <= hi:
             rng = f"{lo}" if lo == hi else f"between {lo} and {hi}"
             raise ConfigError(f"{source}: {key}={v} is out of range: it must be {rng} ({why})")
-    return {k: cfg[k] for k in KEYS}
+    out = {k: cfg[k] for k in KEYS}
+    defaults = {"FPGA_FREQ": TARGETS[target]["fpga_freq"], "AXI_PORTS": 1}
+    for key, (lo, hi, what) in _OPTIONAL_INT_KEYS.items():
+        if key not in cfg:
+            continue
+        v = cfg[key]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"{source}: {key} must be an integer, got {type(v).__name__} {v!r} ({what})")
+        if not lo <= v <= hi:
+            raise ConfigError(f"{source}: {key}={v} is out of range: it must be between {lo} and {hi} ({what})")
+        if v != defaults[key]:
+            out[key] = v
+    ports = TARGETS[target]["fpga_axi_ports"]
+    if out.get("AXI_PORTS", 1) > ports:
+        raise ConfigError(f"{source}: AXI_PORTS={out['AXI_PORTS']} but TARGET={target} has {ports} coherent memory "
+                          f"port{'s' if ports > 1 else ''} for the core; AXI_PORTS must be at most {ports}")
+    return out
 
 
 def load_config(cfg: Config | Mapping[str, Any] | str | os.PathLike[str] | None = None) -> Config:
