@@ -1,6 +1,8 @@
 """The bitstream flow behind ``nox -s bitstream -- [--board pynq-z1|pynq-z2|ultra96|zcu104|de10-nano]
 [--config PATH]``. The Xilinx boards' flow is here; the DE10-Nano's (Quartus) is ``boards.quartus``,
-with the same steps and files.
+with the same steps and files. Without ``--config`` (and without ``$VTA_CONFIG``) a board is built with
+its shipped configuration, ``configs/<board>.json`` (the best one ``nox -s dse`` found for it, with its
+clock), if there is one.
 
 Writes ``build/<board>/<bitstream-name>/``:
 
@@ -9,7 +11,9 @@ Writes ``build/<board>/<bitstream-name>/``:
 * ``<bitstream-name>_plan.zip``: the same plan as one archive, to copy to a Vivado machine;
 * ``plan.json``: board, part, clock, configuration, register window and memory port;
 * ``utilization.txt`` / ``.json``: a yosys ``synth_xilinx`` estimate (PS as a black box) against
-  the device's capacity. A design that does not fit stops the flow with the numbers.
+  the device's capacity. A design that does not fit stops the flow with the numbers. On a part with
+  UltraRAM (xczu7ev) each SRAM is placed in block RAM or UltraRAM (``vta_hw.synth.sram_styles``; the
+  Verilog says so with ``ram_style``, for yosys and Vivado alike).
 * ``timing.txt``: the timing estimate of the same netlist (``vta_hw.timing``) against the board's
   clock; a path over the target is reported, not fatal (it is an estimate: Vivado decides).
 
@@ -31,7 +35,7 @@ from pathlib import Path
 
 from vta_hw import timing
 from vta_hw.spec import Config, ConfigError, load_config
-from vta_hw.synth import run_yosys, summarise
+from vta_hw.synth import run_yosys, sram_styles, summarise
 from vta_hw.verilog import strip_zero_init
 
 from . import quartus
@@ -40,11 +44,29 @@ from .quartus import FlowError
 from .zynq import TOPS
 
 BUILD_ROOT = Path(__file__).resolve().parent.parent / "build"
+#: the shipped configuration of each board (``configs/<board>.json``, written by ``nox -s dse -- --ship``)
+CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
 TOP_NAME = "vta_top"
 FAMILY_OF = {"zynq7": "xc7", "zynqmp": "xcup"}
 #: PS address of the GP master port window each family uses for the register file
 GP_WINDOW = {"zynq7": (0x4000_0000, 0x7FFF_FFFF), "zynqmp": (0xA000_0000, 0xAFFF_FFFF)}
 MEMORY_PORT = {"zynq7": "S_AXI_ACP (coherent, 64-bit AXI3)", "zynqmp": "S_AXI_HPC0_FPD (coherent, 128-bit AXI4)"}
+MEMORY_PORTS_2 = "S_AXI_HPC0_FPD + S_AXI_HPC1_FPD (coherent, 2 x 128-bit AXI4; reads split over both, writes on HPC0)"
+
+
+def shipped_config(board: Board) -> Path | None:
+    """``configs/<board>.json`` if the repository ships one for ``board``."""
+    path = CONFIGS_DIR / f"{board.name}.json"
+    return path if path.is_file() else None
+
+
+def default_config(board_name: str | None, config: str | None) -> Config:
+    """The configuration ``nox -s bitstream`` builds: ``config`` if given, else ``$VTA_CONFIG``, else the board's
+    shipped ``configs/<board>.json``, else the repository's ``vta_config.json``."""
+    if config or os.environ.get("VTA_CONFIG") or not board_name:
+        return load_config(config)
+    path = shipped_config(board_for(board_name))
+    return load_config(path)
 
 
 def _say(msg: str) -> None:
@@ -69,6 +91,9 @@ def make_plan(board: Board, cfg: Config, out: Path, progress=_say) -> dict:
     t0 = time.perf_counter()
     progress(f"[bitstream] {board.name}: elaborating {cfg.MODEL} for {board.part} at {cfg.fpga_freq} MHz")
     platform = board.platform()
+    styles = sram_styles(cfg, board.capacity) if board.capacity is not None and board.capacity.uram else None
+    if styles:
+        platform.vta_sram_styles = styles     # vta_hw.sram.Sram reads it
     top = TOPS[board.family](cfg)
     plan = platform.build(top, name=TOP_NAME, do_build=False)
     for name in (f"{TOP_NAME}.v", f"{TOP_NAME}.debug.v"):   # megabytes of all-zero memory initialisers
@@ -85,7 +110,8 @@ def make_plan(board: Board, cfg: Config, out: Path, progress=_say) -> dict:
         "board": board.name, "part": board.part, "family": board.family, "clock_mhz": cfg.fpga_freq,
         "model": cfg.MODEL, "bitstream": cfg.BITSTREAM, "config": cfg.cfg_dict,
         "register_window": f"{cfg.fetch_base_addr:#010x}", "register_window_bytes": cfg.ip_reg_map_range,
-        "memory_port": MEMORY_PORT[board.family], "axi_data_bits": cfg.AXI_DATA_BITS,
+        "memory_port": MEMORY_PORT[board.family] if cfg.AXI_PORTS == 1 else MEMORY_PORTS_2,
+        "axi_data_bits": cfg.AXI_DATA_BITS, "axi_ports": cfg.AXI_PORTS, "sram_styles": styles,
         "top": TOP_NAME, "verilog": f"vivado/{TOP_NAME}.v", "constraints": f"vivado/{TOP_NAME}.xdc",
         "vivado_script": f"vivado/build_{TOP_NAME}.sh",
     }
@@ -98,7 +124,7 @@ def fit_report(board: Board, cells: dict[str, int]) -> tuple[dict, str, list[str
     dev = board.capacity
     s = summarise(cells, dev)
     rows = [("LUT", s["luts"], dev.luts), ("FF", s["ffs"], dev.ffs), ("BRAM36", s["bram36"], dev.bram36),
-            (dev.dsp_cell, s["dsps"], dev.dsps)]
+            (dev.dsp_cell, s["dsps"], dev.dsps)] + ([("URAM288", s["uram"], dev.uram)] if dev.uram else [])
     text = [f"yosys synth_xilinx estimate for {board.name} ({dev.name}), processing system as a black box:",
             f"{'resource':<10} {'used':>10} {'available':>10} {'use':>6}"]
     over = []
@@ -115,7 +141,8 @@ def utilization(board: Board, out: Path, progress=_say) -> dict:
         return quartus.utilization(board, out, progress)
     family = FAMILY_OF[board.family]
     dev = board.capacity
-    cells = run_yosys(out / "vivado" / f"{TOP_NAME}.v", family, out / "yosys", progress, top=TOP_NAME, netlist=True)
+    cells = run_yosys(out / "vivado" / f"{TOP_NAME}.v", family, out / "yosys", progress, top=TOP_NAME, netlist=True,
+                      uram=bool(dev.uram))
     s, report, over = fit_report(board, cells)
     clock_mhz = json.loads((out / "plan.json").read_text())["clock_mhz"]
     rep = timing.analyse(out / "yosys" / f"netlist_{family}.json", family, top=TOP_NAME)
@@ -164,12 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="nox -s bitstream --", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--board", choices=sorted(BOARDS), help="default: from the config's TARGET")
-    p.add_argument("--config", help="configuration file (default: $VTA_CONFIG or the repository's)")
+    p.add_argument("--config", help="configuration file (default: $VTA_CONFIG, else the board's configs/<board>.json, "
+                   "else the repository's vta_config.json)")
     p.add_argument("--out", type=Path, help="output root (default: build/)")
     p.add_argument("--skip-utilization", action="store_true", help="do not run the yosys estimate")
     args = p.parse_args(argv)
     try:
-        cfg = load_config(args.config)
+        cfg = default_config(args.board, args.config)
         board = board_for(args.board, cfg)
         cfg = board.config_for(cfg)
         out = plan_dir(board, cfg, args.out or BUILD_ROOT)

@@ -52,8 +52,8 @@ class ZCU104Platform(XilinxPlatform):
     connectors = []
 
 
-#: Capacity of the ZCU104's part, for the utilization check (xczu7ev: 230,400 LUTs, 312 BRAM36)
-XCZU7EV = Device("xczu7ev (ZCU104)", "xcup", 230_400, 460_800, 312, 1_728, "DSP48E2")
+#: Capacity of the ZCU104's part, for the utilization check (xczu7ev: 230,400 LUTs, 312 BRAM36, 96 URAM288)
+XCZU7EV = Device("xczu7ev (ZCU104)", "xcup", 230_400, 460_800, 312, 1_728, "DSP48E2", uram=96)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,11 @@ Every read is registered twice: the block RAM's own read register and its output
 ``READ_LATENCY``. The read port is not transparent: a read in the same cycle as a write to the
 same address returns the old contents. Users that need the new value forward it themselves (see
 ``tensor_compute.py``).
+
+Where the memory goes (block RAM or, on parts that have it, UltraRAM) is the platform's choice: a
+platform with ``vta_sram_styles`` (``{name: "block" | "ultra"}``, set by the board flow from
+:func:`vta_hw.synth.sram_styles`) puts a ``ram_style`` attribute on the memory, which yosys and Vivado
+both follow. Without it nothing is said and the tools decide (the Verilog is unchanged).
 """
 
 from __future__ import annotations
@@ -46,7 +51,9 @@ class Sram(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.mem = mem = memory.Memory(shape=self.data_bits, depth=self.depth, init=[])
+        style = (getattr(platform, "vta_sram_styles", None) or {}).get(self._name)
+        m.submodules.mem = mem = memory.Memory(shape=self.data_bits, depth=self.depth, init=[],
+                                               attrs={"ram_style": style} if style else None)
         rp = mem.read_port()
         wp = mem.write_port()
         data_q = Signal(self.data_bits)      # the output register

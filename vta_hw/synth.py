@@ -40,6 +40,7 @@ class Device:
     bram36: int
     dsps: int
     dsp_cell: str
+    uram: int = 0           # UltraRAM blocks (URAM288: 4K x 72 bits), UltraScale+ parts that have them
 
 
 DEVICES = {
@@ -74,6 +75,47 @@ def parse_stat(text: str) -> dict[str, int]:
     return cells
 
 
+# simple dual-port shapes (depth, width, blocks): a RAMB36, its half (a RAMB18), a URAM288
+_BRAM_SHAPES = ((512, 72, 1), (1024, 36, 1), (2048, 18, 1), (4096, 9, 1), (8192, 4, 1), (16384, 2, 1),
+                (32768, 1, 1), (512, 36, 0.5), (1024, 18, 0.5), (2048, 9, 0.5), (4096, 4, 0.5), (8192, 2, 0.5),
+                (16384, 1, 0.5))
+_URAM_SHAPES = ((4096, 72, 1),)
+
+
+def _blocks(depth: int, width: int, shapes) -> float:
+    """Blocks (RAMB36 equivalents, or URAM288) of the cheapest shape for a depth x width memory."""
+    return min(-(-width // w) * -(-depth // d) * n for d, w, n in shapes)
+
+
+def srams(cfg) -> dict[str, tuple[int, int]]:
+    """The core's SRAMs: name (as ``vta_hw.sram.Sram`` knows it) -> (depth, width in bits)."""
+    return {"uop": (cfg.UOP_BUFF_DEPTH, 32), "inp": (cfg.INP_BUFF_DEPTH, cfg.INP_ELEM_BITS),
+            "wgt": (cfg.WGT_BUFF_DEPTH, cfg.WGT_ELEM_BITS), "acc": (cfg.ACC_BUFF_DEPTH, cfg.ACC_ELEM_BITS),
+            "out": (cfg.ACC_BUFF_DEPTH, cfg.OUT_ELEM_BITS)}
+
+
+def sram_styles(cfg, dev: Device) -> dict[str, str]:
+    """Where each SRAM goes on ``dev``: ``"block"`` or ``"ultra"`` (UltraRAM). Starting from block RAM,
+    SRAMs move to UltraRAM, largest block-RAM user first, while that lowers the larger of the two
+    fractions of the part used (block RAM, UltraRAM); a part without UltraRAM keeps everything in block
+    RAM. The fractions are estimates from the memories' shapes (``_blocks``)."""
+    mems = srams(cfg)
+    styles = dict.fromkeys(mems, "block")
+    if not dev.uram:
+        return styles
+    cost = {n: (_blocks(d, w, _BRAM_SHAPES), _blocks(d, w, _URAM_SHAPES)) for n, (d, w) in mems.items()}
+
+    def worst(st):
+        b = sum(cost[n][0] for n in st if st[n] == "block")
+        u = sum(cost[n][1] for n in st if st[n] == "ultra")
+        return max(b / dev.bram36, u / dev.uram)
+    for name in sorted(mems, key=lambda n: -cost[n][0]):
+        trial = {**styles, name: "ultra"}
+        if worst(trial) < worst(styles):
+            styles = trial
+    return styles
+
+
 def summarise(cells: dict[str, int], dev: Device) -> dict[str, float]:
     luts = sum(v for k, v in cells.items() if re.fullmatch(r"LUT[1-6]", k))
     lutram = sum(_LUTRAM.get(k, 0) * v for k, v in cells.items())
@@ -81,15 +123,17 @@ def summarise(cells: dict[str, int], dev: Device) -> dict[str, float]:
     b36 = sum(v for k, v in cells.items() if k.startswith("RAMB36"))
     b18 = sum(v for k, v in cells.items() if k.startswith("RAMB18"))
     dsps = sum(v for k, v in cells.items() if k.startswith("DSP48"))
+    uram = sum(v for k, v in cells.items() if k.startswith("URAM288"))
     return {"luts": luts + lutram, "lut_logic": luts, "lut_ram": lutram, "ffs": ffs,
-            "bram36": b36 + b18 / 2, "dsps": dsps}
+            "bram36": b36 + b18 / 2, "dsps": dsps, "uram": uram}
 
 
 def run_yosys(verilog: Path, family: str, out_dir: Path, progress=print, top: str = "vta_core",
-              netlist: bool = False) -> dict[str, int]:
+              netlist: bool = False, uram: bool = False) -> dict[str, int]:
     """Cell counts of ``synth_xilinx``. With ``netlist``, the synthesis maps for delay (``-abc9``,
     which uses the cells' delay models) and writes the flattened netlist for ``vta_hw.timing`` to
-    ``out_dir/netlist_<family>.json``."""
+    ``out_dir/netlist_<family>.json``. ``uram``: the part has UltraRAM (memories marked ``ram_style =
+    "ultra"`` go there)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stat = out_dir / f"stat_{family}.txt"
     log = out_dir / f"yosys_{family}.log"
@@ -102,7 +146,7 @@ def run_yosys(verilog: Path, family: str, out_dir: Path, progress=print, top: st
     cwd = Path(os.path.commonpath([verilog.resolve().parent, out_dir.resolve()]))
     rel_v, rel_stat, rel_log, rel_json = (os.path.relpath(p.resolve(), cwd) for p in (verilog, stat, log, json_out))
     script = (f"read_verilog -sv {rel_v}; synth_xilinx -family {family} -top {top} -flatten -noiopad"
-              f"{' -abc9' if netlist else ''}; tee -q -o {rel_stat} stat -tech xilinx")
+              f"{' -abc9' if netlist else ''}{' -uram' if uram else ''}; tee -q -o {rel_stat} stat -tech xilinx")
     if netlist:
         script += f"; write_json {rel_json}"
     t0 = time.perf_counter()

@@ -19,7 +19,9 @@ Delay models (picoseconds), one per family (``MODELS``):
 * ``xcup`` (xczu3eg -1, Ultra96): yosys has no UltraScale+ delays. FF, LUT, CARRY8 and DSP48E2
   figures come from published Vivado post-route timing reports of xczu3eg-sbva484-1 (FDRE
   clock-to-Q 0.096, LUT 0.04-0.17 by pin, CARRY8 S->CO7 0.24 and CI->CO7 0.023, DSP48E2
-  multiplier path 1.9); block RAM, LUT-RAM and SRL are the xc7 figures scaled (0.4, 0.3).
+  multiplier path 1.9); block RAM, LUT-RAM and SRL are the xc7 figures scaled (0.4, 0.3). UltraRAM
+  (URAM288, xczu7ev): clock to data out 1.50 ns without its output register, 0.65 with it, 0.45 ns setup
+  (estimates: no published report was at hand; a URAM read is a little slower than a block RAM's).
 
 Routing: ``net_ps`` per net on general routing (carry-chain and DSP cascade nets are free),
 from the same kind of reports (7-series -1: 0.3-1.1 ns per net, part of which yosys's LUT pin
@@ -94,6 +96,8 @@ class DelayModel:
     lutram_scale: float       # LUT-RAM / SRL figures are the xc7 ones times this
     bram_clk_do: dict         # output register used? -> clock to data out
     bram_setup: dict
+    uram_clk_do: dict         # URAM288 output register (OREG) used? -> clock to data out
+    uram_setup: int
     dsp_scale: float          # DSP figures are yosys's DSP48E1 ones times this ...
     dsp_preg_clk_p: int       # ... except the P register's clock to out
     net_ps: int               # routing estimate per general-routing net
@@ -107,6 +111,7 @@ MODELS = {
         ff_setup={"D": 0, "CE": 109, "R": 404, "S": 404, "CLR": 404, "PRE": 404}, lutram_scale=1.0,
         bram_clk_do={False: 2454, True: 882},
         bram_setup={"ADDR": 566, "WE": 532, "DI": 737, "EN": 566, "REGCE": 360, "RSTREG": 342, "RSTRAM": 342},
+        uram_clk_do={False: 3750, True: 1625}, uram_setup=1125,   # no 7-series part has URAM: xcup / 0.4
         dsp_scale=1.0, dsp_preg_clk_p=329, net_ps=400),
     "xcup": DelayModel(
         family="xcup", part="xczu3eg-1",
@@ -117,6 +122,7 @@ MODELS = {
         ff_setup={"D": 27, "CE": 0, "R": 120, "S": 120, "CLR": 120, "PRE": 120}, lutram_scale=0.3,
         bram_clk_do={False: 982, True: 353},
         bram_setup={"ADDR": 226, "WE": 213, "DI": 295, "EN": 226, "REGCE": 144, "RSTREG": 137, "RSTRAM": 137},
+        uram_clk_do={False: 1500, True: 650}, uram_setup=450,
         dsp_scale=0.7, dsp_preg_clk_p=347, net_ps=300),
 }
 
@@ -265,6 +271,21 @@ def _bram_timing(model: DelayModel, p: dict, conns: dict) -> CellTiming:
     return t
 
 
+_URAM_IN = ("ADDR", "DIN", "BWE", "EN", "RDB_WR", "RST")
+
+
+def _uram_timing(model: DelayModel, p: dict, conns: dict) -> CellTiming:
+    """UltraRAM: DOUT_A/DOUT_B launched by the clock (with or without OREG_A/B), the port inputs captured."""
+    t = CellTiming()
+    for port, bits in conns.items():
+        if port.startswith("DOUT_"):
+            registered = str(p.get(f"OREG_{port[-1]}", "FALSE")).strip('"') == "TRUE"
+            t.launch += [(port, i, model.uram_clk_do[registered]) for i in range(len(bits))]
+        elif port.startswith(_URAM_IN):
+            t.capture += [(port, i, model.uram_setup) for i in range(len(bits))]
+    return t
+
+
 def _lutram_timing(model: DelayModel, cell_type: str, conns: dict) -> CellTiming:
     """LUT-RAMs: asynchronous read (address -> data out), synchronous write (xc7 figures, scaled)."""
     k = model.lutram_scale
@@ -348,6 +369,8 @@ def cell_timing(model: DelayModel, cell_type: str, params: dict, conns: dict,
         return _srl_timing(model, cell_type, conns)
     if cell_type.startswith("RAMB"):
         return _bram_timing(model, params, conns)
+    if cell_type.startswith("URAM288"):
+        return _uram_timing(model, params, conns)
     if cell_type.startswith("DSP48"):
         return _dsp_timing(model, params, conns, m_register_after)
     if re.match(r"RAM\d+(X\d+[SD]|M\d*)", cell_type):
@@ -502,6 +525,11 @@ def analyse(netlist: dict | str | Path, family: str, top: str | None = None, max
                     side_b = re.match(r"DO(UT)?P?B", op) is not None
                     reg = _param_int(p, "DOB_REG" if side_b and not sdp else "DOA_REG") != 0
                     ram_dsp_out.update({b: (cname, ctype) for b in bits if not isinstance(b, str) and not reg})
+        elif ctype.startswith("URAM288"):
+            p = cell.get("parameters", {})
+            for op, bits in conns.items():
+                if op.startswith("DOUT_") and str(p.get(f"OREG_{op[-1]}", "FALSE")).strip('"') != "TRUE":
+                    ram_dsp_out.update({b: (cname, ctype) for b in bits if not isinstance(b, str)})
         elif ctype.startswith("DSP48") and not _param_int(cell.get("parameters", {}), "PREG"):
             ram_dsp_out.update({b: (cname, ctype) for b in conns.get("P", ()) if not isinstance(b, str)})
         for op in t.dedicated:
@@ -592,7 +620,7 @@ def analyse(netlist: dict | str | Path, family: str, top: str | None = None, max
     for total, b, end in sorted(worst_by_end.values(), key=lambda x: -x[0]):
         sb, cells = trace(b)
         start = names.get(sb, str(sb))
-        if sb in launch and launch[sb][2].startswith(("RAMB", "DSP48", "RAM")):
+        if sb in launch and launch[sb][2].startswith(("RAMB", "URAM", "DSP48", "RAM")):
             start = f"{launch[sb][2]} {_short_cell(launch[sb][1])} ({start})"
         key = (_class(start), _class(end))
         if key not in by_class:
