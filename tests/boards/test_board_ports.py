@@ -29,7 +29,8 @@ def _pin(verilog: str, pin: str) -> str:
 def one_port_plan(tmp_path_factory):
     d = tmp_path_factory.mktemp("one")
     cfg = load_config({**TWO_PORTS, "AXI_PORTS": 1})
-    return cfg, flow.make_plan(BOARDS["zcu104"], cfg, d, progress=lambda m: None), (d / "vivado" / "vta_top.v").read_text()
+    desc = flow.make_plan(BOARDS["zcu104"], cfg, d, progress=lambda m: None)
+    return cfg, desc, (d / "vivado" / "vta_top.v").read_text()
 
 
 def test_two_ports_on_hpc0_and_hpc1(tmp_path, one_port_plan):
