@@ -1,4 +1,4 @@
-"""Sessions: tests, demo, lint, docs, bench, sweeps, tune, synth, fuzz, verilog, bitstream (see README)."""
+"""Sessions: tests, demo, lint, docs, bench, sweeps, tune, synth, fuzz, verilog, bitstream, dse (see README)."""
 
 import nox
 
@@ -101,3 +101,12 @@ def bitstream(session: nox.Session) -> None:
     """Board build plan (Verilog, constraints, Vivado Tcl, zip, utilization); runs Vivado if found."""
     _install(session)
     session.run("python", "-m", "boards.flow", *session.posargs)
+
+
+@nox.session
+def dse(session: nox.Session) -> None:
+    """Design-space exploration per board: ``nox -s dse [-- --board B] [--sweep full] [--ship]`` (yosys and tsim
+    per configuration, cached; hours for a whole board on two cores, see docs/guide/boards.md)."""
+    _install(session)
+    session.install("-e", ".[bench]")
+    session.run("python", "-m", "boards.dse", *session.posargs)

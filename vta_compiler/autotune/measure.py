@@ -199,6 +199,8 @@ class RPCMeasure:
         request_timeout: how long to wait for a free server (default: 3 x ``timeout``, at least 10
             minutes).
         max_parallel: the most measurements in flight when ``n_parallel`` follows the servers.
+        system: the board TARGET whose memory system the tsim servers must simulate (servers started with
+            ``--tsim-system``); None: any (a server of another system is refused when ``system`` is set).
 
     Raises:
         MeasureError: (from :func:`tune`) the tracker cannot be reached, no server is registered under
@@ -213,7 +215,7 @@ class RPCMeasure:
     def __init__(self, tracker: tuple[str, int] = ("127.0.0.1", 9190), key: str = "tsim",
                  n_parallel: int | None = None, timeout: float = 300.0, priority: int = 1,
                  module_loader=default_module_loader, wait_for_servers: float = 0.0,
-                 request_timeout: float | None = None, max_parallel: int = 16):
+                 request_timeout: float | None = None, max_parallel: int = 16, system: str | None = None):
         self.tracker = (str(tracker[0]), int(tracker[1]))
         self.follows_servers = n_parallel is None    # more measurements in flight as servers register
         self.max_parallel = max(1, int(max_parallel))
@@ -224,6 +226,7 @@ class RPCMeasure:
         self.priority = priority
         self.module_loader = module_loader
         self.wait_for_servers = wait_for_servers
+        self.system = system
         self.device = ""
 
     # -- set-up
@@ -254,6 +257,10 @@ class RPCMeasure:
             del remote
             gc.collect()
         target = status["config"]["TARGET"]
+        if self.system is not None and status.get("system") != self.system:
+            raise MeasureError(f"the servers under key {self.key!r} simulate the memory system of "
+                               f"{status.get('system') or 'the Pynq (TARGET tsim)'}, not {self.system}'s; start them "
+                               f"with --tsim-system {self.system}")
         if target == "sim":
             raise MeasureError(f"the servers under key {self.key!r} run TARGET sim (fsim), which counts no cycles; "
                                "tune on tsim or on a board")
@@ -312,7 +319,8 @@ class TsimMeasure(RPCMeasure):
     its own (so a crash or a hang takes only a server's session), and stops them when tuning ends.
 
     The servers run the tuned configuration with TARGET ``tsim``; the Verilated core is built once, here,
-    before they start (Verilator is needed: ``sim.tsim.verilator_available()``).
+    before they start (Verilator is needed: ``sim.tsim.verilator_available()``). ``system``: a board TARGET
+    whose memory system tsim simulates (the servers' ``--tsim-system``); default: the Pynq's.
 
     Args:
         n_parallel: tsim servers, hence measurements in flight (each takes one core).
@@ -329,8 +337,9 @@ class TsimMeasure(RPCMeasure):
     """
 
     def __init__(self, n_parallel: int = 1, timeout: float = 300.0, host: str = "127.0.0.1",
-                 module_loader=default_module_loader):
-        super().__init__((host, 0), f"tsim-{os.getpid()}", n_parallel, timeout, module_loader=module_loader)
+                 module_loader=default_module_loader, system: str | None = None):
+        super().__init__((host, 0), f"tsim-{os.getpid()}", n_parallel, timeout, module_loader=module_loader,
+                         system=system)
         self.host = host
         self._tracker = None
         self._procs: list[subprocess.Popen] = []
@@ -341,7 +350,7 @@ class TsimMeasure(RPCMeasure):
 
         from sim.tsim import build as build_tsim
         cfg = env.config.replace(TARGET="tsim")
-        build_tsim(cfg)                  # once here, not in every server
+        build_tsim(cfg.replace(TARGET=self.system) if self.system else cfg)   # once here, not in every server
         self._tmp = tempfile.TemporaryDirectory(prefix="vta_tune_")
         cfg_path = Path(self._tmp.name) / "tsim_config.json"
         cfg_path.write_text(cfg.to_json())
@@ -356,7 +365,8 @@ class TsimMeasure(RPCMeasure):
             self._procs.append(subprocess.Popen(
                 [sys.executable, "-m", "vta_compiler.exec.rpc_server", "--host", self.host, "--port", "9091",
                  "--port-end", "9391", "--tracker", f"{self.host}:{self._tracker.port}", "--key", self.key,
-                 "--config", str(cfg_path), "--state-dir", str(Path(self._tmp.name) / f"state{i}")],
+                 "--config", str(cfg_path), "--state-dir", str(Path(self._tmp.name) / f"state{i}"),
+                 *(["--tsim-system", self.system] if self.system else [])],
                 stdout=log, stderr=subprocess.STDOUT, env=penv))
             log.close()
         deadline = time.monotonic() + 300

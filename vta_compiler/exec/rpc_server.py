@@ -2,6 +2,7 @@
 
     python -m vta_compiler.exec.rpc_server [--host 127.0.0.1] [--port 9091] [--port-end 9199]
                                           [--tracker HOST:PORT [--key KEY]] [--config PATH]
+                                          [--tsim-system BOARD_TARGET]
 
 It is TVM's ``rpc.Server`` plus the VTA pieces: the runtime's global functions, the ``ext_dev``
 device API, and
@@ -14,6 +15,11 @@ device API, and
 * ``tvm.contrib.vta.stats()`` / ``tvm.contrib.vta.clear_stats()``: the device's counters as JSON
   (tsim and boards: ``cycle_count`` and the performance counters), and their reset (the tuner's
   measurements, ``vta_compiler.autotune``).
+
+``--tsim-system ultra96`` (a board's TARGET) makes a tsim server simulate that board's memory system: the
+configuration stays TARGET tsim (clients build for this machine), but the Verilated core gets the board's
+bus (width, bursts, AXI attributes, ``AXI_PORTS``), as ``TsimDevice(config.replace(TARGET=board))`` does;
+``status()`` reports it as ``system`` (``nox -s dse`` measures each board on such servers).
 
 Sessions are forked from the server's worker process, so state that must outlive a session (the
 current configuration, the programmed bitstream) is kept in a state directory on disk.
@@ -69,6 +75,7 @@ class ServerState:
         if new.TARGET in BOARD_TARGETS:
             from boards.driver import check_core_matches
             check_core_matches(new)   # the programmed bitstream must implement the new parameters
+        tsim_system_config(new, self.system)    # a tsim server of a board's system: the board must take it
         self.config_path.write_text(new.to_json())
         self.activate()
         return f"reconfigured: {old.MODEL} -> {new.MODEL}"
@@ -110,7 +117,30 @@ class ServerState:
     def status(self) -> str:
         bit = json.loads(self.bitstream_path.read_text()) if self.bitstream_path.exists() else None
         return json.dumps({"config": self.config().cfg_dict, "model": self.config().MODEL, "bitstream": bit,
-                           "server": str(self.dir), "pid": os.getpid()})
+                           "server": str(self.dir), "pid": os.getpid(), "system": self.system})
+
+    @property
+    def system(self) -> str | None:
+        """The board TARGET whose memory system tsim models (``--tsim-system``), or None."""
+        path = self.dir / "system.json"
+        return json.loads(path.read_text())["system"] if path.exists() else None
+
+
+def tsim_system_config(cfg: Config, system: str | None) -> Config:
+    """The configuration tsim is built for: ``cfg`` with the board's TARGET (its bus) when ``system`` is set."""
+    if system is None or cfg.TARGET != "tsim":
+        return cfg
+    return cfg.replace(TARGET=system)
+
+
+def _use_tsim_system(system: str) -> None:
+    """Open tsim devices with ``system``'s bus in this process (the runtime's factory for TARGET tsim)."""
+    import vta_runtime
+    from sim.tsim import TsimDevice
+
+    def factory(config, **kwargs):
+        return TsimDevice(tsim_system_config(load_config(config), system), **kwargs)
+    vta_runtime.register_device("tsim", factory)
 
 
 def server_init(state_dir: str) -> None:
@@ -120,6 +150,8 @@ def server_init(state_dir: str) -> None:
     from vta_compiler import ext_dev
 
     state = ServerState(state_dir)
+    if state.system:
+        _use_tsim_system(state.system)
     state.activate()
     ext_dev.load()                     # device_api.ext_dev + the runtime's vta.runtime.* functions
     tvm.register_global_func("tvm.contrib.vta.init", state.program, override=True)
@@ -130,19 +162,30 @@ def server_init(state_dir: str) -> None:
     cfg = state.config()
     if cfg.TARGET == "tsim":           # find (or build) the Verilated core once, not in every session
         from sim.tsim import build
-        build(cfg)
+        build(tsim_system_config(cfg, state.system))
 
 
-def make_state_dir(config: str | None, state_dir: str | None = None) -> str:
+def make_state_dir(config: str | None, state_dir: str | None = None, tsim_system: str | None = None) -> str:
     cfg = load_config(config)
+    if tsim_system is not None:
+        if cfg.TARGET != "tsim":
+            raise ConfigError(f"--tsim-system {tsim_system}: the server's configuration must have TARGET tsim, not "
+                              f"{cfg.TARGET!r}")
+        if tsim_system not in BOARD_TARGETS:
+            raise ConfigError(f"--tsim-system {tsim_system!r} is not a board TARGET; the boards are "
+                              f"{', '.join(BOARD_TARGETS)}")
+        tsim_system_config(cfg, tsim_system)          # the configuration must fit the board (AXI_PORTS, ...)
     d = Path(state_dir or tempfile.mkdtemp(prefix="vta_rpc_"))
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(cfg.to_json())
+    if tsim_system is not None:
+        (d / "system.json").write_text(json.dumps({"system": tsim_system}))
     return str(d)
 
 
 def start_server(host: str = "127.0.0.1", port: int = 9091, port_end: int = 9199, key: str | None = None,
-                 tracker: str | None = None, config: str | None = None, state_dir: str | None = None):
+                 tracker: str | None = None, config: str | None = None, state_dir: str | None = None,
+                 tsim_system: str | None = None):
     """Start a TVM RPC server with the VTA functions; returns the ``tvm.rpc.Server``.
 
     ``key``: what the server announces to the tracker; default: the configuration's TARGET (the key
@@ -156,7 +199,7 @@ def start_server(host: str = "127.0.0.1", port: int = 9091, port_end: int = 9199
     if tracker:
         h, p = tracker.rsplit(":", 1)
         tracker_addr = (h, int(p))
-    sdir = make_state_dir(config, state_dir)
+    sdir = make_state_dir(config, state_dir, tsim_system)
     if key is None:
         key = load_config(config).TARGET if tracker_addr else ""
     return rpc.Server(host, port, port_end, key=key, tracker_addr=tracker_addr,
@@ -173,11 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tracker", help="HOST:PORT of a TVM RPC tracker to register with")
     p.add_argument("--config", help="configuration file (default: $VTA_CONFIG or the repository's)")
     p.add_argument("--state-dir", help="where the server keeps its configuration (default: a new temp dir)")
+    p.add_argument("--tsim-system", metavar="BOARD_TARGET", help="tsim servers: simulate this board's memory system "
+                   "(ultra96, zcu104, pynq, ...) instead of the Pynq's")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     try:
         server = start_server(args.host, args.port, args.port_end, args.key, args.tracker, args.config,
-                              args.state_dir)
+                              args.state_dir, args.tsim_system)
     except ConfigError as exc:
         print(f"rpc_server: error: {exc}", file=sys.stderr)
         return 2
