@@ -45,13 +45,23 @@ OUT_DIR = Path(__file__).resolve().parent.parent / "build" / "fuzz"
 DRAM_BYTES = 64 << 20
 
 
-def configs() -> dict[str, dict]:
+def configs(big: bool = False) -> dict[str, dict]:
+    """The fuzzed configs by name; ``big`` adds the big arrays (fuzzed on request, ``--config 1x32x32``: their
+    tsim builds take minutes), each on its board's memory system as ``configs/<board>.json`` ships it."""
     base = load_config().cfg_dict
-    return {
+    out = {
         "1x16x16": {**base, "TARGET": "sim"},
         "2x8x8": {**base, "TARGET": "sim", "LOG_BATCH": 1, "LOG_BLOCK": 3, "LOG_WGT_BUFF_SIZE": 16},
         "ultra96": {**base, "TARGET": "ultra96"},
     }
+    if big:
+        out.update({
+            "1x32x32": {**base, "TARGET": "zcu104", "LOG_BLOCK": 5, "LOG_INP_BUFF_SIZE": 16, "LOG_WGT_BUFF_SIZE": 20,
+                        "LOG_ACC_BUFF_SIZE": 18, "AXI_PORTS": 2},
+            "2x16x16": {**base, "TARGET": "ultra96", "LOG_BATCH": 1, "LOG_INP_BUFF_SIZE": 16,
+                        "LOG_ACC_BUFF_SIZE": 18, "AXI_PORTS": 2},
+        })
+    return out
 
 
 @dataclass
@@ -403,7 +413,7 @@ def _illegal_word(isa, cfg, rnd):
 
 
 def make_program(cfg_name: str, seed: int, alloc) -> Program:
-    cfg = load_config(configs()[cfg_name])
+    cfg = load_config(configs(big=True)[cfg_name])
     rnd = random.Random(seed)
     g = _Gen(cfg, rnd, alloc)
     insns, outputs = g.build(rnd.randrange(5, 120))
@@ -444,7 +454,7 @@ def bus_for(seed: int):
 def _fresh_pair(cfg_name: str, seed: int):
     from .fsim import FsimDevice
     from .tsim import TsimDevice
-    cfg = load_config(configs()[cfg_name])
+    cfg = load_config(configs(big=True)[cfg_name])
     return FsimDevice(cfg, dram_bytes=DRAM_BYTES), TsimDevice(cfg, dram_bytes=DRAM_BYTES, bus=bus_for(seed),
                                                              progress=None)
 
@@ -534,7 +544,7 @@ def build_all(names: list[str], quiet: bool = True) -> None:
     """Build each config's tsim library once, before any worker needs it."""
     from .tsim import build
     for name in names:
-        build(load_config(configs()[name]), progress=(lambda msg: None) if quiet else None)
+        build(load_config(configs(big=True)[name]), progress=(lambda msg: None) if quiet else None)
 
 
 def run_all(cases: list[tuple[str, int]], jobs: int = 1):
@@ -575,7 +585,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("n", nargs="?", type=int, default=100, help="number of random programs (default 100)")
     p.add_argument("--seed", type=int, default=int(time.time()) % 100000, help="first seed (default: from the clock)")
-    p.add_argument("--config", action="append", choices=sorted(configs()), help="configs to use (default: all)")
+    p.add_argument("--config", action="append", choices=sorted(configs(big=True)),
+                   help=f"configs to use (default: {', '.join(configs())}; the big arrays on request)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="worker processes (default: every core; results do not depend on it)")
     p.add_argument("--replay", help="run a saved reproducer again")

@@ -10,7 +10,9 @@ or narrower (several per beat; a row may then start inside a beat, e.g. UOP load
 Timing (``vta_hw.timing``): a row command is first registered, then checked and turned into a
 burst count in the next cycle (narrow arithmetic: the count of beats only needs the offset inside
 the first beat); the length of the next burst is computed a cycle ahead, so a new burst can be
-issued at most every other cycle (a burst is at least one beat, and usually many).
+issued at most every other cycle (a burst is at least one beat, and usually many). The reader's
+count of outstanding bursts takes a burst's last beat a cycle late (the consumer's ready is not on
+the path into it).
 
 Both accept ``halt``: no new bursts are issued, read data still owed by the bus is accepted and
 dropped, write bursts already announced are completed with zero strobes, so the bus is never left
@@ -132,8 +134,10 @@ class DmaReader(wiring.Component):
         outstanding = Signal(range(self.max_outstanding + 1))
         issued = Signal()
         done_burst = Signal()
-        m.d.comb += done_burst.eq(r.valid & r.ready & r.payload.last)
-        m.d.sync += outstanding.eq(outstanding + issued - done_burst)
+        # a burst's end counts a cycle late: the SRAM writer's decision to take a beat is not on the path
+        # into the counter (timing); the count is one too high for that cycle, which only delays an issue
+        m.d.sync += [done_burst.eq(r.valid & r.ready & r.payload.last),
+                     outstanding.eq(outstanding + issued - done_burst)]
 
         narrow = ew < dw
         if narrow:
