@@ -110,13 +110,14 @@ class DotArray(wiring.Component):
             for j in range(bo // 2):
                 lo_terms, hi_terms = [], []
                 for k in range(bi):
-                    prod = Signal(signed(34), name=f"m_{b}_{j}_{k}", reset_less=True)   # the DSP's M register
-                    p = Signal(signed(34), name=f"p_{b}_{j}_{k}", reset_less=True)      # its P register
+                    # the DSP's M and P registers; only P's low 32 bits are used, so both keep those
+                    prod = Signal(2 * PACK_SHIFT, name=f"m_{b}_{j}_{k}", reset_less=True)
+                    p = Signal(2 * PACK_SHIFT, name=f"p_{b}_{j}_{k}", reset_less=True)
                     m.d.sync += [prod.eq(packed[j][k] * x[b][k]), p.eq(prod + PACK_BIAS)]
                     # both products plus 2^15, unsigned: w0*x + 2^15 is P's low half as it is, and
                     # w1*x (|w1*x| <= 2^14) + 2^15 is P[31:16] with its top bit flipped
                     lo_terms.append(p[:PACK_SHIFT])
-                    hi_terms.append(Cat(p[PACK_SHIFT:2 * PACK_SHIFT - 1], ~p[2 * PACK_SHIFT - 1]))
+                    hi_terms.append(p[PACK_SHIFT:] ^ PACK_BIAS)
                 for n, terms in ((2 * j, lo_terms), (2 * j + 1, hi_terms)):
                     m.d.comb += self.dot[b * bo + n].eq(self._sum(m, terms, f"{b}_{n}"))
         return m
@@ -127,7 +128,7 @@ class DotArray(wiring.Component):
         logic and in a simulator); the sum of BLOCK_IN = 2^n biased terms is the dot product +
         2^(15+n), which flipping the top bit of the (16+n)-bit sum removes."""
         s, stages = _tree(m, terms, self.adds_per_stage, f"t_{name}")
-        s = Cat(s[:-1], ~s[-1]).as_signed()
+        s = (s ^ (1 << (len(s) - 1))).as_signed()
         pad = self.latency - PRODUCT_STAGES - stages
         if pad < 0:
             raise DotArrayLatencyError(
