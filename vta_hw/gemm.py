@@ -14,6 +14,13 @@ every ``ADDS_PER_STAGE`` levels and at its output. Operands presented in cycle t
 cycle t + ``latency``; the caller budgets ``latency`` cycles and the array checks, when it is
 built, that its tree fits them.
 
+The tree adds each product plus 2^15, an unsigned 16-bit number (the low one is ``P[15:0]`` as it
+is, the high one ``P[31:16]`` with bit 15 flipped), so no level sign-extends; the sum of
+BLOCK_IN = 2^n such terms is the dot product + 2^(15+n), which flipping the top bit of the
+(16+n)-bit sum removes. The datapath registers have no reset: the caller only takes ``dot`` for a
+slot it issued, latency cycles before. Both choices keep the results and the cycles, and make the
+array cheap to evaluate in Verilator (tsim), which computes every register in every cycle.
+
 The packing pays where a DSP is one wide multiplier (DSP48: 25x18). A Cyclone V variable-precision
 DSP block is one 27x27, two 18x19 or three 9x9 multipliers: the 25x8 packed product takes a whole
 block for two products, plain 8x8 products fit three to a block. A platform whose
