@@ -33,7 +33,7 @@ from tvm import relax
 from .canon import LAYERS, canonicalize, out_channel_rows, scale_out_channels
 from .evaluate import evaluate
 from .frontend import normalize
-from .ir import Const, Graph, GraphError, Node, const
+from .ir import TUPLE_ITEM, Const, Graph, GraphError, Node, const, describe
 
 #: exponents are kept in this range (a tensor that is all zeros gets the top one)
 EXP_MIN, EXP_MAX = -24, 24
@@ -92,7 +92,15 @@ def _batches(g: Graph, calibration: Iterable) -> list[list[np.ndarray]]:
                                         f"network expects {tuple(n.shape)}")
             if not np.issubdtype(x.dtype, np.number):
                 raise QuantizationError(f"calibration item {k}: input {n.name!r} has dtype {x.dtype}")
-            arrs.append(x.astype(n.dtype))
+            x = x.astype(n.dtype)
+            bad = ~np.isfinite(x) if np.issubdtype(x.dtype, np.inexact) else np.zeros(x.shape, bool)
+            if bad.any():
+                first = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise QuantizationError(
+                    f"calibration item {k}: input {n.name!r} has {int(np.isnan(x).sum())} NaN and "
+                    f"{int(np.isinf(x).sum())} infinite values (the first at index {first}: {x[first]}); "
+                    "calibrate on finite data")
+            arrs.append(x)
         out.append(arrs)
     if not out:
         raise QuantizationError("the calibration set is empty: give at least one input batch, or global_scale=")
@@ -102,10 +110,15 @@ def _batches(g: Graph, calibration: Iterable) -> list[list[np.ndarray]]:
 def calibrate(g: Graph, calibration: Iterable, percentile: float | None = None) -> dict[int, float]:
     """The largest magnitude (or the given percentile of magnitudes) each node reaches over the batches."""
     amax: dict[int, float] = {}
-    for feeds in _batches(g, calibration):
+    for k, feeds in enumerate(_batches(g, calibration)):
         vals = evaluate(g, feeds)
         for n in g.nodes:
+            if n.is_tuple:
+                continue
             v = np.abs(vals[id(n)].astype(np.float64, copy=False))
+            if not np.isfinite(v).all():
+                raise QuantizationError(f"calibration item {k}: {describe(n)} ({n.op}) computes NaN or infinite "
+                                        "values from finite inputs, which no int8 scale can represent")
             m = float(np.percentile(v, percentile)) if percentile is not None and v.size else float(v.max(initial=0))
             amax[id(n)] = max(amax.get(id(n), 0.0), m)
     return amax
@@ -149,6 +162,9 @@ class _Emitter:
 
     def qval(self, n: Node) -> tuple[Any, int]:
         if id(n) not in self.q:
+            if not n.dtype.startswith("float"):
+                raise QuantizationError(f"{describe(n)} ({n.op}) computes {n.dtype} values, which a quantized "
+                                        "layer cannot read; cast them to float first")
             x = self.f[id(n)]
             e = self.exps[id(n)]
             y = self.emit(relax.op.round(relax.op.multiply(x, const(2.0 ** e, "float32"))), f"{n.name}_scaled")
@@ -321,11 +337,21 @@ class _Emitter:
             parts.append(xq)
         self.q[id(n)] = (Graph.emit_call(self.bb, n, parts), e)
 
+    def tuple_item(self, n: Node) -> None:
+        t = n.args[0]
+        if id(t) in self.q:       # a field of an int8 tuple (split) keeps the tuple's exponent
+            tq, e = self.q[id(t)]
+            self.q[id(n)] = (Graph.emit_call(self.bb, n, [tq]), e)
+        else:
+            self.f[id(n)] = Graph.emit_call(self.bb, n, [self.f[id(t)]])
+
     def host(self, n: Node) -> None:
         ins = n.inputs
         ints = ins and all(self.is_int(a) or a.op == "input" for a in ins) and \
             all(isinstance(a, Node) for a in n.tensor_args)
-        if n.op in LAYERS:
+        if n.op == TUPLE_ITEM:
+            self.tuple_item(n)
+        elif n.op in LAYERS:
             if id(n) in self.skip:
                 self.float_layer(n)
             else:
@@ -337,7 +363,7 @@ class _Emitter:
             self.global_pool(n)
         elif ints and n.op == "relax.concat":
             self.concat(n)
-        elif ints and (n.op in PASSTHROUGH or (n.op == "relax.image.resize2d"
+        elif ints and (n.op in PASSTHROUGH or n.op == "relax.split" or (n.op == "relax.image.resize2d"
                                                 and str(n.call.attrs.method) == "nearest_neighbor")):
             xq, e = self.qval(ins[0])
             self.q[id(n)] = (Graph.emit_call(self.bb, n, [xq]), e)
@@ -367,9 +393,8 @@ class _Emitter:
                     if n.op != "input":
                         self.host(n)
                 outs = []
-                for o in g.outputs:
-                    v = self.fval(o) if o.dtype.startswith("float") else self.qval(o)[0]
-                    outs.append(v)
+                for o in g.outputs:     # a float output is dequantized, any other (ArgMax's int64) is as computed
+                    outs.append(self.fval(o) if o.dtype.startswith("float") else self.f[id(o)])
                 out = self.bb.emit_output(relax.Tuple(outs) if getattr(g, "tuple_output", False) else outs[0])
             self.bb.emit_func_output(out)
         return self.bb.get()["main"]
@@ -392,8 +417,10 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
         raise QuantizationError("give either calibration=[batches] or global_scale=..., not both and not neither")
     g = prepare(mod, params)
     if global_scale is not None:
-        if not global_scale > 0:
-            raise QuantizationError(f"global_scale must be positive, got {global_scale}")
+        if isinstance(global_scale, bool) or not (isinstance(global_scale, (int, float, np.floating, np.integer))
+                                                  and math.isfinite(global_scale)
+                and global_scale > 0):
+            raise QuantizationError(f"global_scale must be a finite positive number, got {global_scale!r}")
         amax = {id(n): float(global_scale) for n in g.nodes}
     else:
         amax = calibrate(g, calibration, percentile)
