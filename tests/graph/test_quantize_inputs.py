@@ -184,3 +184,63 @@ def test_errors_name_the_source_operator():
     with pytest.raises(graph.QuantizationError, match=r"calibration item 0: \w+ \(from the_sqrt \(Sqrt\)\) "
                                                       r"\(relax.sqrt\) computes NaN"):
         graph.quantize(mod, params, calibration=[rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)])
+
+
+@pytest.mark.parametrize("tiny", [0.0, 1e-20, 7e-39])
+def test_dead_channels_output_their_bias(tiny, fsim):
+    """Output channels whose weights are all (nearly) zero: their bias would overflow int32 at the finest
+    weight scale (2**24); they get a scale that fits it, and output exactly their bias, rounded to nearest.
+    The live channels keep following float, and VTA equals the CPU run."""
+    rng = np.random.default_rng(7)
+    w = rng.normal(0, 0.3, (16, 8, 3, 3)).astype(np.float32)
+    dead = [3, 7, 12, 14]
+    w[dead] = tiny
+    b = rng.uniform(-1, 1, 16).astype(np.float32)
+    b[dead] = [1.7, 2.3, 0.6, -1e12]          # the last one: far below the ReLU, beyond int32 at any scale
+    model = model_of([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                      helper.make_node("Relu", ["c"], ["y"])], {"w": w, "b": b},
+                     [("x", F, [1, 8, 6, 6])], [("y", F, [1, 16, 6, 6])])
+    mod, params = graph.from_onnx(model)
+    x = rng.uniform(-1, 1, (1, 8, 6, 6)).astype(np.float32)        # exponent 7: 1.7 * 2**(7+24) overflows
+    qmod = graph.quantize(mod, params, calibration=[x])
+    got = run_cpu(qmod, x)[0]
+    # float reference in float64, by hand
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    exact = np.zeros((1, 16, 6, 6)) + b.reshape(1, -1, 1, 1)
+    for i in range(3):
+        for j in range(3):
+            exact += np.einsum("oc,nchw->nohw", w[:, :, i, j], xp[:, :, i:i + 6, j:j + 6])
+    exact = np.maximum(exact, 0)
+    e_out = int(np.floor(np.log2(127 / np.abs(exact).max())))
+    want_dead = np.maximum(np.floor(b[dead].astype(np.float64) * 2.0 ** e_out + 0.5), 0) / 2.0 ** e_out
+    assert (want_dead[:3] > 0).all()
+    np.testing.assert_array_equal(got[0, dead], np.broadcast_to(want_dead.reshape(-1, 1, 1), (4, 6, 6)))
+    live = [c for c in range(16) if c not in dead]
+    assert np.abs(got[:, live] - exact[:, live]).max() < 0.05 * np.abs(exact).max()
+    np.testing.assert_array_equal(run_vta(graph.build(graph.graph_pack(qmod)), x)[0], got)
+
+
+def test_every_layer_that_cannot_be_quantized_is_reported_at_once():
+    rng = np.random.default_rng(8)
+    inits = {}
+    nodes = []
+    for k in range(3):                                   # three parallel layers, concatenated
+        inits[f"w{k}"] = rng.normal(0, 0.01, (16, 16, 1, 1)).astype(np.float32)
+        inits[f"b{k}"] = np.zeros(16, np.float32)
+        if k != 1:
+            inits[f"b{k}"][2 + k] = 1e9                  # live weights beside a huge bias: refused
+        nodes.append(helper.make_node("Conv", ["x", f"w{k}", f"b{k}"], [f"c{k}"]))
+    nodes.append(helper.make_node("Concat", ["c0", "c1", "c2"], ["y"], axis=1))
+    model = model_of(nodes, inits, [("x", F, [1, 16, 4, 4])], [("y", F, [1, 48, 4, 4])])
+    mod, params = graph.from_onnx(model)
+    x = rng.normal(0, 1, (1, 16, 4, 4)).astype(np.float32)
+    with pytest.raises(graph.QuantizationError) as exc:
+        graph.quantize(mod, params, calibration=[x])
+    msg = str(exc.value)
+    assert msg.startswith("2 layer(s) cannot be quantized:\n")
+    assert "layer conv2d_0 (from " not in msg and "layer conv2d_1" not in msg
+    assert "layer conv2d_0: the bias of output channel 2 (1e+09)" in msg
+    assert "layer conv2d_2: the bias of output channel 4 (1e+09)" in msg
+    assert msg.endswith("keep them in float (skip_layers=['conv2d_0', 'conv2d_2']) or use a coarser input scale")
+    qmod = graph.quantize(mod, params, calibration=[x], skip_layers=["conv2d_0", "conv2d_2"])
+    assert graph.layer_outputs(qmod) == ["conv2d_1"]

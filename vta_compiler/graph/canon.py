@@ -236,6 +236,7 @@ def canonicalize(g: Graph) -> Graph:
         elif node.op == "relax.matmul":
             new = _dense_from(node)
         if new is not None:
+            new.source = node.source
             g.nodes[g.nodes.index(node)] = new
             g.replace_uses(node, new)
     changed = True

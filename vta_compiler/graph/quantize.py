@@ -155,6 +155,7 @@ class _Emitter:
         self.q: dict[int, tuple[Any, int]] = {}      # id(node) -> (int8 var, exponent)
         self.f: dict[int, Any] = {}                  # id(node) -> float var
         self.layers: list[dict] = []
+        self.problems: list[tuple[Node, str]] = []   # layers that cannot be quantized (reported together)
 
     # -------------------------------------------------------------- values
     def emit(self, expr, name: str):
@@ -219,25 +220,37 @@ class _Emitter:
         rows = out_channel_rows(n.op, w, groups)           # (output channels, fan-in)
         nout = rows.shape[0]
         amax_c = np.abs(rows).max(axis=1)
+        # a dead channel's weights round to 0 at every exponent: it outputs its bias, whatever its weight scale
+        dead = amax_c * 2.0 ** EXP_MAX < 0.5
         ew = np.array([exponent_for(a) for a in amax_c], np.int64)
         if not self.per_channel:
-            ew[:] = ew.min()
+            ew[:] = ew[~dead].min() if (~dead).any() else EXP_MAX
         e_out = self.exps[id(n)]
-        e_out = min(e_out, int((e_in + ew).min()))          # shift >= 0 everywhere
+        if (~dead).any():
+            e_out = min(e_out, int((e_in + ew[~dead]).min()))     # shift >= 0 everywhere
         ew = np.minimum(ew, 31 + e_out - e_in)              # shift <= 31
         shift = (e_in + ew - e_out).astype(np.int64)
+        if dead.any():     # the live channels' shift (so one immediate shift still serves), at most 23
+            live = shift[~dead]
+            ref = min(23, int(live.min())) if live.size else 0
+            ew[dead] = e_out - e_in + ref
+            shift[dead] = ref
         self.exps[id(n)] = e_out
         wq = np.clip(np.round(scale_out_channels(n.op, w, 2.0 ** ew, groups)), -127, 127).astype(np.int8)
+        wq = scale_out_channels(n.op, wq, (~dead).astype(np.int8), groups).astype(np.int8)
         fan_in = rows.shape[1]
         bias = np.round(at["bias"] * 2.0 ** (e_in + ew)) + np.where(shift > 0, 2.0 ** (shift - 1), 0)
         limit = 2 ** 31 - 1 - 128 * 127 * fan_in
+        # a dead channel's accumulator is its bias alone: beyond +-limit its output saturates all the same
+        bias = np.where(dead, np.clip(bias, -limit, limit), bias)
         worst = int(np.abs(bias).argmax())
         if abs(bias[worst]) > limit:
-            raise QuantizationError(
-                f"layer {n.name}: the bias of output channel {worst} ({at['bias'][worst]:.6g}) scaled by "
-                f"2**{e_in + ew[worst]} is {bias[worst]:.6g}, which overflows the int32 accumulator (limit "
-                f"+-{limit} with a fan-in of {fan_in}); keep this layer in float (skip_layers=[{n.name!r}]) or "
-                "use a coarser input scale")
+            self.problems.append(
+                (n, f"layer {describe(n)}: the bias of output channel {worst} ({at['bias'][worst]:.6g}) scaled by "
+                    f"2**{e_in + ew[worst]} is {bias[worst]:.6g}, which overflows the int32 accumulator (limit "
+                    f"+-{limit} with a fan-in of {fan_in})"))
+            self.float_layer(n)
+            return
         lo, hi = self.clip_bounds(at["act"], e_out)
         uniform = bool((shift == shift[0]).all())
         if n.op == "conv2d":
@@ -397,6 +410,11 @@ class _Emitter:
                     outs.append(self.fval(o) if o.dtype.startswith("float") else self.f[id(o)])
                 out = self.bb.emit_output(relax.Tuple(outs) if getattr(g, "tuple_output", False) else outs[0])
             self.bb.emit_func_output(out)
+        if self.problems:
+            names = [n.name for n, _ in self.problems]
+            raise QuantizationError(
+                f"{len(names)} layer(s) cannot be quantized:\n" + "\n".join(m for _, m in self.problems) +
+                f"\nkeep them in float (skip_layers={names!r}) or use a coarser input scale")
         return self.bb.get()["main"]
 
 
