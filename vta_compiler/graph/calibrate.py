@@ -35,6 +35,8 @@ METHODS = ("max", "percentile", "mse", "entropy")
 SEARCH = 6
 #: values sampled per node and batch, and kept per node in all (mse, entropy)
 SAMPLE, KEEP = 4096, 65536
+#: the fewest sampled values the entropy method needs (fewer: the maximum's exponent)
+ENTROPY_MIN = 4096
 #: the default percentile of calibrate="percentile"
 PERCENTILE = 99.99
 
@@ -102,23 +104,23 @@ def _kl_all(x: np.ndarray, e_max: int, cands: list[int]) -> list[float]:
     """KL(P || Q) per candidate exponent (TensorRT's entropy calibration on power-of-two thresholds).
 
     One fine histogram of |x| up to the threshold of ``e_max``; for exponent ``e`` its first bins up to
-    ``127.5 * 2**-e`` are P (what lies beyond is added to the last bin), and Q is P merged into 128
-    levels and spread back over the bins that P does not leave empty.
+    ``127.5 * 2**-e`` are P (what lies beyond is added to the last bin), and Q is those bins without
+    the clipped values, merged into 128 levels and spread back over the bins they do not leave empty.
     """
-    fine = 128 * 2 ** (cands[-1] - e_max) * 8
+    fine = 128 * 2 ** (cands[-1] - e_max) * 4
     hist, _ = np.histogram(np.abs(x), bins=fine, range=(0, 127.5 * 2.0 ** -e_max))
     hist = hist.astype(np.float64)
     out = []
     for e in cands:
         nb = fine >> (e - e_max)
         p = hist[:nb].copy()
-        p[-1] += hist[nb:].sum()
-        levels = p.reshape(128, -1)
+        p[-1] += hist[nb:].sum()            # P keeps the clipped values (in its last bin), Q does not
+        levels = hist[:nb].reshape(128, -1)
         nz = levels > 0
         q = np.where(nz, levels.sum(axis=1, keepdims=True) / np.maximum(nz.sum(axis=1, keepdims=True), 1), 0)
-        p, q = p / p.sum(), q.reshape(-1) / q.sum()
+        p, q = p / p.sum(), q.reshape(-1) / max(q.sum(), 1.0)
         m = p > 0
-        out.append(float(np.sum(p[m] * np.log(p[m] / q[m]))))
+        out.append(float(np.sum(p[m] * np.log(p[m] / np.maximum(q[m], 1e-12)))))
     return out
 
 
@@ -130,6 +132,8 @@ def exponent(s: NodeStats, method: str = "max") -> int:
     if method == "percentile":
         return exponent_for(s.pct) if s.pct > 0 else e_max
     x = s.sample().astype(np.float64)
+    if method == "entropy" and x.size < ENTROPY_MIN:      # too few values for a histogram to say anything
+        return e_max
     cands = [e for e in range(e_max, min(EXP_MAX, e_max + SEARCH) + 1)]
     errs = [_mse(x, e) for e in cands] if method == "mse" else _kl_all(x, e_max, cands)
     return cands[int(np.argmin(errs))]

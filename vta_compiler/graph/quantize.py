@@ -109,19 +109,46 @@ def calibrate(g: Graph, calibration: Iterable, percentile: float | None = None) 
     return {k: (s.pct if percentile is not None else s.amax) for k, s in stats.items()}
 
 
-def depthwise_inputs(g: Graph, skip: set[int]) -> dict[int, list[Node]]:
-    """The 4-D float tensors read only by (quantized) depthwise layers, with those layers: such a tensor can
-    take one exponent per channel, which each layer folds into its per-channel weight scale and shift."""
+def _int_capable(n: Node) -> bool:
+    """True if ``host`` may run ``n`` on int8 values (then its inputs need one exponent per tensor)."""
+    if n.op == "relax.add":
+        return len(n.inputs) == 2
+    if n.op == "relax.image.resize2d":
+        return str(n.call.attrs.method) == "nearest_neighbor"
+    return n.op in PASSTHROUGH or n.op in ("relax.mean", "relax.concat", "relax.split", "relax.nn.relu", "relax.clip",
+                                           TUPLE_ITEM)
+
+
+def _depthwise_reader(u: Node, n: Node, skip: set[int]) -> bool:
+    return u.op == "conv2d" and id(u) not in skip and u.attrs["groups"] == n.shape[1] > 1 and u.inputs[0] is n
+
+
+def channel_scaled(g: Graph, skip: set[int]) -> dict[int, list[Node]]:
+    """The tensors that can take one exponent per channel (axis 1), with the depthwise layers that read them.
+
+    Such a tensor's int8 values are read only by depthwise layers (which fold each channel's exponent into
+    their per-channel weight scale and shift) or dequantized for float operators on the host (a per-channel
+    multiply), and at least one depthwise layer reads it, directly or through float operators that work
+    channel by channel (hard-swish between a convolution and a depthwise one). Its producer then requantizes
+    each channel with its own shift (a VTA layer) or scale (a float operator).
+    """
     users = g.users()
-    out = {}
+    ok: dict[int, list[Node]] = {}
     for n in g.nodes:
-        us = users[id(n)]
-        if len(n.shape) != 4 or not n.dtype.startswith("float") or not us or n.is_tuple:
+        if len(n.shape) < 2 or not n.dtype.startswith("float") or n.is_tuple:
             continue
-        if all(u is not None and u.op == "conv2d" and id(u) not in skip and u.attrs["groups"] == n.shape[1] > 1 and
-               u.inputs[0] is n for u in us):
-            out[id(n)] = us
-    return out
+        us = users[id(n)]
+        if us and all(u is None or _depthwise_reader(u, n, skip) or (u.op not in LAYERS and not _int_capable(u))
+                      for u in us):
+            ok[id(n)] = [u for u in us if u is not None and u.op in LAYERS]
+    # keep those that reach a depthwise layer through channel-wise float operators
+    def reaches(n: Node, seen: set[int]) -> bool:
+        if ok.get(id(n)):
+            return True
+        seen.add(id(n))
+        return any(u is not None and u.op not in LAYERS and id(u) not in seen and len(u.shape) == len(n.shape) and
+                   u.shape[:2] == n.shape[:2] and id(u) in ok and reaches(u, seen) for u in users[id(n)])
+    return {k: v for k, v in ok.items() if reaches(next(n for n in g.nodes if id(n) == k), set())}
 
 
 def channel_exponents(e_tensor: int, channel_amax: np.ndarray, layers: list[Node], spread: int = 8) -> np.ndarray:
@@ -136,7 +163,8 @@ def channel_exponents(e_tensor: int, channel_amax: np.ndarray, layers: list[Node
         ew = np.array([exponent_for(a) for a in np.abs(rows).max(axis=1)], np.int64)
         b = np.abs(ly.attrs["bias"])
         limit = 2 ** 31 - 1 - 128 * 127 * rows.shape[1]
-        room = np.where(b > 0, np.floor(np.log2(limit / 2 / np.maximum(b, 1e-300))) - ew, EXP_MAX).astype(np.int64)
+        room = np.full(b.shape, EXP_MAX, np.int64)
+        room[b > 0] = np.floor(np.log2(limit / 2) - np.log2(b[b > 0])) - ew[b > 0]
         room = room.reshape(e.size, mult).min(axis=1)
         e = np.maximum(np.minimum(e, room), e_tensor)
     return e
@@ -461,7 +489,8 @@ class _Emitter:
 def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None = None, *,
              global_scale: float | None = None, skip_layers: Sequence = (), per_channel: bool = True,
              percentile: float | None = None, calibrate: str = "max", depthwise_channels: bool = True,
-             bias_correction: bool = False) -> tvm.IRModule:
+             bias_correction: bool = False, float_budget: float | None = None, eval_data: Iterable | None = None,
+             metric=None) -> tvm.IRModule:
     """Quantize a float network to VTA's integer form; returns a Relax module that runs on the CPU as is.
 
     ``mod, params``: from ``from_onnx`` or ``relax.frontend.nn`` (``export_tvm``). ``calibration``: input
@@ -471,12 +500,32 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     the CPU. ``per_channel``: one weight scale per output channel. ``calibrate``: how a tensor's scale
     follows from the calibration data, one of ``"max"`` (nothing clips), ``"percentile"`` (the
     ``percentile`` of magnitudes, 99.99 by default), ``"mse"`` or ``"entropy"`` (see ``graph.calibrate``);
-    ``percentile=`` alone keeps the old meaning (``calibrate="percentile"``). ``depthwise_channels``: a
-    tensor read only by depthwise layers gets one scale per channel, folded into their weights and shifts.
+    ``percentile=`` alone keeps the old meaning (``calibrate="percentile"``). ``depthwise_channels``: the
+    tensors on the way to a depthwise layer (its input, and the output of the layer before it when only
+    channel-wise float operators such as hard-swish lie between) get one scale per channel, folded into the
+    depthwise weights and shifts (see ``channel_scaled``).
     ``bias_correction``: after a first pass, each layer's bias absorbs the mean error (per channel) that
-    quantization adds to its output on the calibration data.
+    quantization adds to its output on the calibration data. ``float_budget``: keep the fewest layers in
+    float (the most sensitive first, see ``graph.sensitivity``) for a score within this much of the float
+    network's on ``eval_data`` (default: the calibration batches), by ``metric`` (default: top-1 agreement
+    of class outputs, correlation of others); the module's attribute ``vta.float_layers`` names them.
     The module's ``main`` takes the float inputs and returns float outputs.
     """
+    if float_budget is not None:
+        from .sensitivity import fewest_float_layers
+        if calibration is None:
+            raise QuantizationError("float_budget needs calibration data, not global_scale")
+        if not (isinstance(float_budget, (int, float, np.floating)) and float_budget >= 0):
+            raise QuantizationError(f"float_budget must be a number >= 0, got {float_budget!r}")
+        calibration = list(calibration)
+        kw = {"per_channel": per_channel, "percentile": percentile, "calibrate": calibrate,
+              "depthwise_channels": depthwise_channels, "bias_correction": bias_correction}
+        chosen, _, _ = fewest_float_layers(mod, params, calibration, float_budget, eval_data, metric=metric, **kw)
+        names = [n.name for n in _layer_index(prepare(mod, params))]
+        keep = set(chosen) | {names[s] if isinstance(s, (int, np.integer)) else s for s in skip_layers}
+        keep = [k for k in names if k in keep]
+        out = quantize(mod, params, calibration, skip_layers=keep, **kw)
+        return tvm.IRModule({"main": out["main"].with_attr("vta.float_layers", keep)})
     if (calibration is None) == (global_scale is None):
         raise QuantizationError("give either calibration=[batches] or global_scale=..., not both and not neither")
     if calibrate not in METHODS:
@@ -497,7 +546,7 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
             raise QuantizationError("bias_correction needs calibration data, not global_scale")
         batches = None
     else:
-        dw = depthwise_inputs(g, skip) if depthwise_channels else {}
+        dw = channel_scaled(g, skip) if depthwise_channels else {}
         batches = _batches(g, calibration)
         if calibrate == "percentile" and percentile is None:
             percentile = cal.PERCENTILE
