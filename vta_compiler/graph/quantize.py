@@ -141,14 +141,14 @@ def channel_scaled(g: Graph, skip: set[int]) -> dict[int, list[Node]]:
         if us and all(u is None or _depthwise_reader(u, n, skip) or (u.op not in LAYERS and not _int_capable(u))
                       for u in us):
             ok[id(n)] = [u for u in us if u is not None and u.op in LAYERS]
-    # keep those that reach a depthwise layer through channel-wise float operators
-    def reaches(n: Node, seen: set[int]) -> bool:
-        if ok.get(id(n)):
-            return True
-        seen.add(id(n))
-        return any(u is not None and u.op not in LAYERS and id(u) not in seen and len(u.shape) == len(n.shape) and
-                   u.shape[:2] == n.shape[:2] and id(u) in ok and reaches(u, seen) for u in users[id(n)])
-    return {k: v for k, v in ok.items() if reaches(next(n for n in g.nodes if id(n) == k), set())}
+    # keep those that reach a depthwise layer through float operators that keep the (N, C) axes
+    reach: set[int] = set()
+    for n in reversed(g.nodes):
+        if id(n) in ok and (ok[id(n)] or any(
+                u is not None and u.op not in LAYERS and id(u) in reach and tuple(u.shape[:2]) == tuple(n.shape[:2])
+                for u in users[id(n)])):
+            reach.add(id(n))
+    return {k: v for k, v in ok.items() if k in reach}
 
 
 def channel_exponents(e_tensor: int, channel_amax: np.ndarray, layers: list[Node], spread: int = 8) -> np.ndarray:
