@@ -156,3 +156,28 @@ def test_bias_correction_removes_the_mean_error():
     assert after.mean() < 0.3 * before.mean(), (before.mean(), after.mean())
     with pytest.raises(graph.QuantizationError, match="bias_correction needs calibration data"):
         graph.quantize(mod, params, global_scale=8.0, bias_correction=True)
+
+
+def test_depthwise_with_a_channel_multiplier_reads_each_input_channels_exponent():
+    """groups = C with 2 outputs per input channel: output o reads input channel o // 2 and its exponent."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(5)
+    c = 16
+    ranges = np.geomspace(0.02, 8, c).astype(np.float32)
+    wd = (rng.normal(0, 0.4, (2 * c, 1, 3, 3)) / np.repeat(ranges, 2).reshape(-1, 1, 1, 1)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "wd"], ["y"], pads=[1, 1, 1, 1], group=c)], "t",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2 * c, 8, 8])],
+                          [numpy_helper.from_array(wd, "wd")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    mod, params = graph.from_onnx(model)
+    xs = [(rng.normal(0, 1, (1, c, 8, 8)) * ranges.reshape(1, -1, 1, 1)).astype(np.float32) for _ in range(3)]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": xs[2]})[0]
+    for per, bound in ((True, 0.1), (False, None)):
+        got = run_cpu(graph.quantize(mod, params, calibration=xs[:2], depthwise_channels=per), xs[2])[0]
+        err = np.sqrt(np.mean((got - want) ** 2, axis=(0, 2, 3)) / np.mean(want ** 2, axis=(0, 2, 3)))
+        if per:
+            assert err.max() < bound, err
+        else:
+            assert err.max() > 0.3, "one scale per tensor should lose the small channels"
