@@ -133,27 +133,45 @@ def test_per_channel_scales_on_the_way_to_a_depthwise_layer(fsim):
     np.testing.assert_array_equal(run_vta(graph.build(graph.graph_pack(per)), x)[0], run_cpu(per, x)[0])
 
 
-def test_bias_correction_removes_the_mean_error():
-    """Percentile calibration at 90% clips a skewed (all positive) input: the layer's output is biased low.
-    Bias correction moves each channel's mean error on the calibration data toward zero."""
-    rng = np.random.default_rng(4)
-    mod, params = graph.from_onnx(conv_model(rng))
-    xs = [rng.exponential(0.5, (1, 8, 8, 8)).astype(np.float32) for _ in range(4)]
-    w = params["w"].astype(np.float64)
+def coarse_weights_chain(rng, c=16, hw=8):
+    """Two 1x1 convs on all-positive inputs whose weights are coarse in int8 (one weight per output channel
+    is 40x the others): the rounding errors of each channel's weights do not average out against inputs
+    with a positive mean, so each layer adds a systematic (per-channel) error to its output."""
+    ws = []
+    for _ in range(2):
+        w = rng.uniform(0.01, 0.05, (c, c)) * rng.choice([-1, 1], (c, c))
+        w[np.arange(c), rng.integers(0, c, c)] = 2.0
+        ws.append(w)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Conv", ["r", "w1"], ["y"])]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, hw, hw])],
+                          [numpy_helper.from_array(w.reshape(c, c, 1, 1).astype(np.float32), f"w{k}")
+                           for k, w in enumerate(ws)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m, ws
 
-    def float_conv(x):
-        xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-        return sum(np.einsum("oc,nchw->nohw", w[:, :, i, j], xp[:, :, i:i + 8, j:j + 8])
-                   for i in range(3) for j in range(3))
+
+def test_bias_correction_removes_the_mean_error():
+    """Bias correction moves each output channel's mean error toward zero, through two layers (each layer
+    corrects the error it adds itself, not what reaches it from the layer before, which that one corrects)."""
+    rng = np.random.default_rng(4)
+    model, (w0, w1) = coarse_weights_chain(rng)
+    mod, params = graph.from_onnx(model)
+    xs = [rng.exponential(0.5, (1, 16, 8, 8)).astype(np.float32) for _ in range(4)]
+
+    def float_net(x):
+        r = np.maximum(np.einsum("oc,nchw->nohw", w0, x.astype(np.float64)), 0)
+        return np.einsum("oc,nchw->nohw", w1, r)
 
     def mean_err(q):
-        d = np.concatenate([run_cpu(q, x)[0] - float_conv(x) for x in xs])
+        d = np.concatenate([run_cpu(q, x)[0] - float_net(x) for x in xs])
         return np.abs(d.mean(axis=(0, 2, 3)))
-    plain = graph.quantize(mod, params, calibration=xs, percentile=90)
-    fixed = graph.quantize(mod, params, calibration=xs, percentile=90, bias_correction=True)
-    before, after = mean_err(plain), mean_err(fixed)
-    assert before.mean() > 0.02, "the clipped input should bias the output"
-    assert after.mean() < 0.3 * before.mean(), (before.mean(), after.mean())
+    before = mean_err(graph.quantize(mod, params, calibration=xs))
+    after = mean_err(graph.quantize(mod, params, calibration=xs, bias_correction=True))
+    assert before.mean() > 0.01, "coarse weights on positive inputs should bias the output"
+    assert after.mean() < 0.5 * before.mean(), (before.mean(), after.mean())
     with pytest.raises(graph.QuantizationError, match="bias_correction needs calibration data"):
         graph.quantize(mod, params, global_scale=8.0, bias_correction=True)
 

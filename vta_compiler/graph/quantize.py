@@ -33,7 +33,7 @@ from tvm import relax
 from . import calibrate as cal
 from .calibrate import EXP_MAX, METHODS, exponent_for
 from .canon import LAYERS, canonicalize, out_channel_rows, scale_out_channels
-from .evaluate import evaluate
+from .evaluate import evaluate_node
 from .frontend import normalize
 from .ir import TUPLE_ITEM, Const, Graph, GraphError, Node, const, describe
 
@@ -342,7 +342,8 @@ class _Emitter:
             s = const(shift.astype(np.int32).reshape(shape))
         self.q[id(n)] = (self.requant(acc, s, b, lo, hi, n.name), e_out)
         self.layers.append({"name": n.name, "op": n.op, "e_in": e_x if np.ndim(e_x) == 0 else list(e_x),
-                            "e_out": e_out if np.ndim(e_out) == 0 else list(e_out), "per_channel_shift": not uniform})
+                            "e_out": e_out if np.ndim(e_out) == 0 else list(e_out), "per_channel_shift": not uniform,
+                            "input": xq.name})
 
     def float_layer(self, n: Node) -> None:
         at = n.attrs
@@ -570,19 +571,23 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
 
 def _correct_biases(g: Graph, func: relax.Function, layers: list[dict], batches: list[list[np.ndarray]]) -> None:
     """Subtract from each quantized layer's bias the mean error (per output channel, over the calibration
-    batches) between its dequantized int8 output and its float output."""
+    batches) that the layer itself adds: its dequantized int8 output minus the float layer applied to its
+    own dequantized int8 input (so an error made upstream is not corrected twice)."""
     names = [ly["name"] for ly in layers]
-    vm = relax.VirtualMachine(tvm.compile(probe(tvm.IRModule({"main": func}), names), "llvm"), tvm.cpu())
+    inputs = [ly["input"] for ly in layers]
+    vm = relax.VirtualMachine(tvm.compile(probe(tvm.IRModule({"main": func}), names + inputs), "llvm"), tvm.cpu())
     by_name = {n.name: n for n in g.nodes}
-    err = {k: 0.0 for k in names}
+
+    def real(q: np.ndarray, e) -> np.ndarray:
+        e = np.asarray(e, np.float64)
+        return q.astype(np.float64) * 2.0 ** -(e.reshape((1, -1) + (1,) * (q.ndim - 2)) if e.ndim else e)
+    err: dict[str, Any] = dict.fromkeys(names, 0.0)
     for feeds in batches:
-        fl = evaluate(g, feeds)
-        res = list(vm["main"](*[tvm.runtime.tensor(x) for x in feeds]))[-len(names):]
-        for ly, r in zip(layers, res):
+        res = list(vm["main"](*[tvm.runtime.tensor(x) for x in feeds]))[-2 * len(names):]
+        for k, ly in enumerate(layers):
             n = by_name[ly["name"]]
-            e = np.asarray(ly["e_out"], np.float64)
-            scale = 2.0 ** -(e.reshape((1, -1) + (1,) * (len(n.shape) - 2)) if e.ndim else e)
-            d = r.numpy().astype(np.float64) * scale - fl[id(n)]
+            x = real(res[len(names) + k].numpy(), ly["e_in"]).astype(np.float32)
+            d = real(res[k].numpy(), ly["e_out"]) - evaluate_node(n, [x])
             err[ly["name"]] = err[ly["name"]] + d.mean(axis=tuple(i for i in range(d.ndim) if i != 1))
     for k in names:
         n = by_name[k]
