@@ -505,8 +505,8 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     tensors on the way to a depthwise layer (its input, and the output of the layer before it when only
     channel-wise float operators such as hard-swish lie between) get one scale per channel, folded into the
     depthwise weights and shifts (see ``channel_scaled``).
-    ``bias_correction``: after a first pass, each layer's bias absorbs the mean error (per channel) that
-    quantization adds to its output on the calibration data. ``float_budget``: keep the fewest layers in
+    ``bias_correction``: after a first pass, each layer's bias absorbs the mean error (per channel) that the
+    layer adds to its output on the calibration data (against the float layer on its own int8 input). ``float_budget``: keep the fewest layers in
     float (the most sensitive first, see ``graph.sensitivity``) for a score within this much of the float
     network's on ``eval_data`` (default: the calibration batches), by ``metric`` (default: top-1 agreement
     of class outputs, correlation of others); the module's attribute ``vta.float_layers`` names them.
