@@ -11,7 +11,9 @@ with ``shift = e_in + e_w - e_out`` and ``bias_q = round(bias * 2**(e_in + e_w))
 (the added half makes the shift round to nearest, for free). A per-channel ``shift`` is a tensor
 (on VTA: ALU SHR with a register operand). ``lo, hi`` are (-128, 127), or (0, 127) with a fused
 ReLU. Exponents come from calibration data (the largest magnitude a tensor reaches maps to at most
-127) or from one ``global_scale`` for every activation, as ``relay.quantize`` had.
+127, or another method of ``calibrate.py``) or from one ``global_scale`` for every activation, as
+``relay.quantize`` had. A tensor on the way to a depthwise layer may have one exponent per channel
+(``channel_scaled``).
 
 The host operators between layers stay integer (max pooling, residual add with rescaling shifts,
 global average pooling as a sum and a fixed-point multiply, concat, reshape), so the quantized
@@ -506,10 +508,11 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     channel-wise float operators such as hard-swish lie between) get one scale per channel, folded into the
     depthwise weights and shifts (see ``channel_scaled``).
     ``bias_correction``: after a first pass, each layer's bias absorbs the mean error (per channel) that the
-    layer adds to its output on the calibration data (against the float layer on its own int8 input). ``float_budget``: keep the fewest layers in
-    float (the most sensitive first, see ``graph.sensitivity``) for a score within this much of the float
-    network's on ``eval_data`` (default: the calibration batches), by ``metric`` (default: top-1 agreement
-    of class outputs, correlation of others); the module's attribute ``vta.float_layers`` names them.
+    layer adds to its output on the calibration data (against the float layer on its own int8 input).
+    ``float_budget``: keep the fewest layers in float (the most sensitive first, see
+    ``graph.sensitivity``) for a score within this much of the float network's on ``eval_data``
+    (default: the calibration batches), by ``metric`` (default: top-1 agreement of class outputs,
+    correlation of others); the module's attribute ``vta.float_layers`` names them.
     The module's ``main`` takes the float inputs and returns float outputs.
     """
     if float_budget is not None:
