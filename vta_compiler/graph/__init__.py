@@ -18,9 +18,9 @@ from .frontend import from_onnx
 from .ir import GraphError
 from .match import patterns
 from .pack import graph_pack
-from .quantize import QuantizationError, layer_outputs, probe, quantize
+from .quantize import QuantizationError, fewest_float_layers, layer_outputs, probe, quantize, sensitivity
 from .report import Placement, placement
-from .sensitivity import Sensitivity, agreement, fewest_float_layers, sensitivity
+from .sensitivity import Sensitivity, agreement
 
 __all__ = ["GRAPH_PIPELINE", "GraphError", "Placement", "QuantizationError", "Sensitivity", "agreement", "build",
            "fewest_float_layers", "from_onnx", "graph_pack", "layer_outputs", "patterns", "placement", "probe",

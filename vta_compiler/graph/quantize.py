@@ -33,11 +33,13 @@ import tvm
 from tvm import relax
 
 from . import calibrate as cal
+from . import sensitivity as sens
 from .calibrate import EXP_MAX, METHODS, exponent_for
-from .canon import LAYERS, canonicalize, out_channel_rows, scale_out_channels
+from .canon import LAYERS, out_channel_rows, scale_out_channels
 from .evaluate import evaluate_node
-from .frontend import normalize
 from .ir import TUPLE_ITEM, Const, Graph, GraphError, Node, const, describe
+from .prepare import QuantizationError, layer_index, prepare
+from .prepare import batches as calibration_batches
 
 #: fixed-point bits of the global-average-pool multiplier
 GAP_BITS = 23
@@ -47,65 +49,10 @@ PASSTHROUGH = ("relax.nn.max_pool2d", "relax.reshape", "relax.flatten", "relax.s
 INT8 = (-128, 127)
 
 
-class QuantizationError(ValueError):
-    """A network or calibration set the quantizer refuses (the message names the layer or input)."""
-
-
-def _fuse_add_relu(g: Graph) -> None:
-    users = g.users()
-    for n in list(g.nodes):
-        if n.op == "relax.add" and len(n.inputs) == 2 and n.attrs.get("act") is None:
-            us = users[id(n)]
-            if len(us) == 1 and us[0] is not None and us[0].op == "relax.nn.relu":
-                relu = us[0]
-                n.attrs["act"] = ("clip", 0.0, None)
-                g.replace_uses(relu, n)
-                g.nodes.remove(relu)
-                users = g.users()
-
-
-def prepare(mod: tvm.IRModule, params: Any = None) -> Graph:
-    """The float network as a graph of canonical layers (weights bound, batch norm folded)."""
-    g = Graph.from_relax(normalize(mod, params))
-    canonicalize(g)
-    _fuse_add_relu(g)
-    return g
-
-
-def _batches(g: Graph, calibration: Iterable) -> list[list[np.ndarray]]:
-    out = []
-    for k, item in enumerate(calibration):
-        feeds = list(item) if isinstance(item, (tuple, list)) else [item]
-        if len(feeds) != len(g.inputs):
-            raise QuantizationError(f"calibration item {k} has {len(feeds)} arrays; the network has "
-                                    f"{len(g.inputs)} inputs ({', '.join(n.name for n in g.inputs)})")
-        arrs = []
-        for n, x in zip(g.inputs, feeds):
-            x = x.numpy() if isinstance(x, tvm.runtime.Tensor) else np.asarray(x)
-            if tuple(x.shape) != tuple(n.shape):
-                raise QuantizationError(f"calibration item {k}: input {n.name!r} has shape {tuple(x.shape)}, the "
-                                        f"network expects {tuple(n.shape)}")
-            if not np.issubdtype(x.dtype, np.number):
-                raise QuantizationError(f"calibration item {k}: input {n.name!r} has dtype {x.dtype}")
-            x = x.astype(n.dtype)
-            bad = ~np.isfinite(x) if np.issubdtype(x.dtype, np.inexact) else np.zeros(x.shape, bool)
-            if bad.any():
-                first = tuple(int(i) for i in np.argwhere(bad)[0])
-                raise QuantizationError(
-                    f"calibration item {k}: input {n.name!r} has {int(np.isnan(x).sum())} NaN and "
-                    f"{int(np.isinf(x).sum())} infinite values (the first at index {first}: {x[first]}); "
-                    "calibrate on finite data")
-            arrs.append(x)
-        out.append(arrs)
-    if not out:
-        raise QuantizationError("the calibration set is empty: give at least one input batch, or global_scale=")
-    return out
-
-
 def calibrate(g: Graph, calibration: Iterable, percentile: float | None = None) -> dict[int, float]:
     """The largest magnitude (or the given percentile of magnitudes) each node reaches over the batches."""
     try:
-        stats = cal.collect(g, _batches(g, calibration), percentile=percentile)
+        stats = cal.collect(g, calibration_batches(g, calibration), percentile=percentile)
     except cal.CalibrationError as exc:
         raise QuantizationError(str(exc)) from None
     return {k: (s.pct if percentile is not None else s.amax) for k, s in stats.items()}
@@ -172,12 +119,8 @@ def channel_exponents(e_tensor: int, channel_amax: np.ndarray, layers: list[Node
     return e
 
 
-def _layer_index(g: Graph) -> list[Node]:
-    return [n for n in g.nodes if n.op in LAYERS]
-
-
 def _skipped(g: Graph, skip_layers: Sequence) -> set[int]:
-    layers = _layer_index(g)
+    layers = layer_index(g)
     names = {n.name: n for n in layers}
     out = set()
     for s in skip_layers:
@@ -516,7 +459,6 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     The module's ``main`` takes the float inputs and returns float outputs.
     """
     if float_budget is not None:
-        from .sensitivity import fewest_float_layers
         if calibration is None:
             raise QuantizationError("float_budget needs calibration data, not global_scale")
         if not (isinstance(float_budget, (int, float, np.floating)) and float_budget >= 0):
@@ -524,8 +466,9 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
         calibration = list(calibration)
         kw = {"per_channel": per_channel, "percentile": percentile, "calibrate": calibrate,
               "depthwise_channels": depthwise_channels, "bias_correction": bias_correction}
-        chosen, _, _ = fewest_float_layers(mod, params, calibration, float_budget, eval_data, metric=metric, **kw)
-        names = [n.name for n in _layer_index(prepare(mod, params))]
+        chosen, _, _ = sens.fewest_float_layers(quantize, mod, params, calibration, float_budget, eval_data,
+                                                metric=metric, **kw)
+        names = [n.name for n in layer_index(prepare(mod, params))]
         keep = set(chosen) | {names[s] if isinstance(s, (int, np.integer)) else s for s in skip_layers}
         keep = [k for k in names if k in keep]
         out = quantize(mod, params, calibration, skip_layers=keep, **kw)
@@ -551,7 +494,7 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
         batches = None
     else:
         dw = channel_scaled(g, skip) if depthwise_channels else {}
-        batches = _batches(g, calibration)
+        batches = calibration_batches(g, calibration)
         if calibrate == "percentile" and percentile is None:
             percentile = cal.PERCENTILE
         try:
@@ -595,6 +538,19 @@ def _correct_biases(g: Graph, func: relax.Function, layers: list[dict], batches:
     for k in names:
         n = by_name[k]
         n.attrs["bias"] = n.attrs["bias"] - err[k] / len(batches)
+
+
+def sensitivity(mod: tvm.IRModule, params: Any, calibration: Iterable, data: Iterable | None = None, **kw):
+    """``graph.sensitivity``: the score lost by quantizing each layer alone (see ``graph.sensitivity`` the module:
+    ``metric``, ``layers`` and ``quantize``'s keywords)."""
+    return sens.sensitivity(quantize, mod, params, calibration, data, **kw)
+
+
+def fewest_float_layers(mod: tvm.IRModule, params: Any, calibration: Iterable, budget: float,
+                        data: Iterable | None = None, **kw):
+    """The fewest most-sensitive layers to keep in float for a score within ``budget`` of float's (what
+    ``quantize(..., float_budget=...)`` keeps); ``(layers, score, report)``."""
+    return sens.fewest_float_layers(quantize, mod, params, calibration, budget, data, **kw)
 
 
 def layer_outputs(qmod: tvm.IRModule) -> list[str]:

@@ -7,6 +7,8 @@ quantized_outputs)`` (higher is better): by default ``agreement``, the top-1 agr
 (N, classes) outputs and the correlation of any other output, averaged over the outputs. A layer's
 *loss* is the float network's score (1.0 with the default metric) minus its own.
 
+The functions here take the quantizer as their first argument (this module sits below ``quantize``, which
+passes itself; ``graph.sensitivity`` and ``graph.fewest_float_layers`` are ``quantize``'s wrappers).
 ``fewest_float_layers`` (``quantize(..., float_budget=...)``) then keeps the most sensitive layers
 in float, as few as it can, until the whole int8 network's score is within the budget of the float
 network's: it tries the top ``k`` layers by loss for a growing, then bisected, ``k``.
@@ -23,6 +25,7 @@ import tvm
 from tvm import relax
 
 from .evaluate import evaluate
+from .prepare import batches, prepare
 
 Metric = Callable[[list[np.ndarray], list[np.ndarray]], float]
 
@@ -71,12 +74,12 @@ class Sensitivity:
 class _Scorer:
     """Runs quantized modules on the evaluation data and scores them against the float network."""
 
-    def __init__(self, mod, params, calibration, data, metric: Metric | None, quantize_kw: dict):
-        from .quantize import _batches, prepare
+    def __init__(self, quantize, mod, params, calibration, data, metric: Metric | None, quantize_kw: dict):
+        self.quantize_fn = quantize
         self.mod, self.params, self.kw = mod, params, quantize_kw
         self.calibration = list(calibration)
         self.g = prepare(mod, params)
-        self.data = _batches(self.g, data if data is not None else self.calibration)
+        self.data = batches(self.g, data if data is not None else self.calibration)
         self.metric = metric or agreement
         self.reference = [[np.asarray(evaluate(self.g, feeds)[id(o)]) for o in self.g.outputs] for feeds in self.data]
         self.float_score = self.score_outputs(self.reference)
@@ -88,8 +91,7 @@ class _Scorer:
         return float(self.metric(flat_f, flat_q))
 
     def quantize(self, skip: Sequence[str]):
-        from .quantize import quantize
-        return quantize(self.mod, self.params, calibration=self.calibration, skip_layers=list(skip), **self.kw)
+        return self.quantize_fn(self.mod, self.params, calibration=self.calibration, skip_layers=list(skip), **self.kw)
 
     def score(self, qmod) -> float:
         vm = relax.VirtualMachine(tvm.compile(qmod, "llvm"), tvm.cpu())
@@ -110,7 +112,7 @@ def _macs(n) -> int:
     return int(np.prod(n.shape) * np.prod(w.shape[1:]))
 
 
-def sensitivity(mod: tvm.IRModule, params: Any, calibration: Iterable, data: Iterable | None = None, *,
+def sensitivity(quantize, mod: tvm.IRModule, params: Any, calibration: Iterable, data: Iterable | None = None, *,
                 metric: Metric | None = None, layers: Sequence[str] | None = None, **quantize_kw) -> Sensitivity:
     """Per-layer sensitivity: the score lost by quantizing each layer alone (the others in float).
 
@@ -120,7 +122,7 @@ def sensitivity(mod: tvm.IRModule, params: Any, calibration: Iterable, data: Ite
     the names to test (default: every layer). Other keywords go to ``quantize``. Costs one quantization
     and one CPU compilation per layer.
     """
-    sc = _Scorer(mod, params, calibration, data, metric, quantize_kw)
+    sc = _Scorer(quantize, mod, params, calibration, data, metric, quantize_kw)
     names = [n.name for n in sc.layers]
     rows = []
     for n in sc.layers:
@@ -133,7 +135,7 @@ def sensitivity(mod: tvm.IRModule, params: Any, calibration: Iterable, data: Ite
     return Sensitivity(sc.float_score, int8, rows)
 
 
-def fewest_float_layers(mod: tvm.IRModule, params: Any, calibration: Iterable, budget: float,
+def fewest_float_layers(quantize, mod: tvm.IRModule, params: Any, calibration: Iterable, budget: float,
                         data: Iterable | None = None, *, metric: Metric | None = None,
                         report: Sensitivity | None = None, **quantize_kw) -> tuple[list[str], float, Sensitivity]:
     """The fewest most-sensitive layers to keep in float for a score within ``budget`` of float's.
@@ -141,13 +143,13 @@ def fewest_float_layers(mod: tvm.IRModule, params: Any, calibration: Iterable, b
     Returns ``(layers kept in float, the network's score, the sensitivity report)``. ``report``: a
     ``sensitivity`` result to reuse (computed here otherwise).
     """
-    sc = _Scorer(mod, params, calibration, data, metric, quantize_kw)
+    sc = _Scorer(quantize, mod, params, calibration, data, metric, quantize_kw)
     target = sc.float_score - budget
     all_int8 = sc.score(sc.quantize([]))
     if all_int8 >= target:
         rep = report or Sensitivity(sc.float_score, all_int8, [])
         return [], all_int8, rep
-    rep = report or sensitivity(mod, params, sc.calibration, data, metric=metric, **quantize_kw)
+    rep = report or sensitivity(quantize, mod, params, sc.calibration, data, metric=metric, **quantize_kw)
     order = rep.ranked()
     scores: dict[int, float] = {0: all_int8}
 
