@@ -1209,18 +1209,28 @@ struct Engine {
   }
 
   // ------------------------------------------------------------ the three modules
-  // As fsim always did: the load module runs as far as its tokens allow, then compute, then
-  // store, round and round until FINISH; a round in which nothing runs is a deadlock.
+  // The load module runs as far as its tokens allow, then compute, then store, round and round
+  // until a round in which nothing runs. As in the core, fetch dispatches nothing after the first
+  // FINISH, and FINISH stops compute only: load and store go on with what they were given. The
+  // run then ends: ST_OK if FINISH ran (the caller checks that nothing is left, as the core's
+  // supervisor does), else a deadlock.
   Status run(const uint64_t* words, int64_t n, int64_t* report) {
     std::vector<int64_t> queue[kStages];
+    size_t dispatched[kStages] = {0, 0, 0};   // queue entries up to the first FINISH
+    bool before_finish = true;
     for (int64_t i = 0; i < n; ++i) {
-      int s = stage_of(words + 2 * i);
-      if (s < 0) {   // fsim_check refuses such streams
+      const uint64_t* w = words + 2 * i;
+      int s = stage_of(w);
+      if (s < 0 && before_finish) {   // fsim_check refuses such streams
         report[0] = i;
         return ST_INTERNAL;
       }
+      if (s < 0) continue;   // after FINISH: never dispatched, never checked
       queue[s].push_back(i);
+      if (before_finish) dispatched[s] = queue[s].size();
+      before_finish = before_finish && get(w, F_OPCODE) != OP_FINISH;
     }
+    bool finished = false;
     size_t head[kStages] = {0, 0, 0};
     int64_t tokens[kQueues] = {0, 0, 0, 0};
     const FieldId flags[kFlags] = {F_POP_PREV, F_POP_NEXT, F_PUSH_PREV, F_PUSH_NEXT};
@@ -1235,7 +1245,7 @@ struct Engine {
       for (;;) {
         bool progressed = false;
         for (int s = 0; s < kStages; ++s) {
-          while (head[s] < queue[s].size()) {
+          while (head[s] < dispatched[s]) {
             current = queue[s][head[s]];
             const uint64_t* w = words + 2 * current;
             bool ready = true;
@@ -1262,10 +1272,7 @@ struct Engine {
             }
             head[s] += ran;
             progressed = true;
-            if (get(w, F_OPCODE) == OP_FINISH) {
-              fill(current);
-              return ST_OK;
-            }
+            finished = finished || get(w, F_OPCODE) == OP_FINISH;
             if (has_deadline && Clock::now() > deadline) {
               fill(current);
               return ST_TIMEOUT;
@@ -1274,7 +1281,7 @@ struct Engine {
         }
         if (!progressed) {
           fill(-1);
-          return ST_DEADLOCK;
+          return finished ? ST_OK : ST_DEADLOCK;
         }
       }
     } catch (const Timeout&) {   // inside instruction `current`, which stays current
@@ -1355,17 +1362,17 @@ int64_t fsim_check(void* h, const uint64_t* words, int64_t n, const int64_t* sta
   const uint64_t hash = Engine::key_hash(words, n, starts, sizes, nalloc);
   if (e->checked_before(hash, words, n, starts, sizes, nalloc)) return -1;
   bool finish = false;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n && !finish; ++i) {   // nothing after the first FINISH is dispatched
     const uint64_t* w = words + 2 * i;
     if (e->bad(w, starts, sizes, nalloc)) return i;
-    finish = finish || e->get(w, F_OPCODE) == OP_FINISH;
+    finish = e->get(w, F_OPCODE) == OP_FINISH;
   }
   if (!finish) return n;
   e->remember_checked(hash, words, n, starts, sizes, nalloc);
   return -1;
 }
 
-// Run a checked stream until FINISH. Returns a Status; report as described above.
+// Run a checked stream until no module can go on. Returns a Status; report as described above.
 int32_t fsim_run(void* h, const uint64_t* words, int64_t n, double timeout_s, int64_t* report) {
   auto* e = static_cast<Engine*>(h);
   e->begin(timeout_s);

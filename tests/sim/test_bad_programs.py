@@ -151,6 +151,45 @@ def test_missing_finish(make_device):
         run(dev, [isa.load(MemType.INP, 0, 0, 0, 0, 0), isa.load(MemType.WGT, 0, 0, 0, 0, 0)])
 
 
+def test_load_and_store_go_on_after_finish(make_device):
+    """FINISH stops compute only: a load that waits for a token compute pushed, and a store that
+    waits for nothing, still run to the end (as the core does), and the counters count them."""
+    dev = make_device()
+    isa = dev.config.isa
+    cfg = dev.config
+    lanes = cfg.BATCH * cfg.BLOCK_OUT
+    acc = (np.arange(lanes, dtype=np.int32) * 37 - 300).astype(np.int32)
+    abuf, ibuf, ubuf, obuf = dev.alloc(4096), dev.alloc(4096), dev.alloc(4096), dev.alloc(1 << 16)
+    dev.write(abuf, acc)
+    dev.write(ibuf, np.zeros(4 * cfg.INP_ELEM_BYTES, np.uint8))
+    dev.write(ubuf, np.zeros(1, np.uint32))     # dst 0, src 0
+    words = [isa.load(MemType.UOP, 0, ubuf // 4, 1, 1, 1),
+             isa.load(MemType.ACC, 0, abuf // cfg.ACC_ELEM_BYTES, 1, 1, 1),
+             isa.alu.encode(opcode=Opcode.ALU, push_prev_dep=1, uop_end=1, iter_out=1, iter_in=1,
+                            alu_opcode=AluOp.ADD, use_imm=1, imm=5),
+             isa.load(MemType.INP, 0, ibuf // cfg.INP_ELEM_BYTES, 1, 4, 4, pop_next_dep=1),
+             finish(isa)]
+    run(dev, words)
+    s = dev.stats()
+    assert (s["inp_load_nbytes"], s["alu_counter"], s["uop_load_nbytes"]) == (4 * cfg.INP_ELEM_BYTES, 1, 4)
+    # a lone STORE of 1000 rows before FINISH: every row is written; row 0 is what the ALU left in OUT
+    dev.clear_stats()
+    run(dev, [isa.store(0, obuf // cfg.OUT_ELEM_BYTES, 1, 1000, 1000), finish(isa)])
+    assert dev.stats()["out_store_nbytes"] == 1000 * cfg.OUT_ELEM_BYTES
+    row0 = np.frombuffer(dev.read(obuf, cfg.OUT_ELEM_BYTES), np.int8)
+    assert np.array_equal(row0, (acc + 5).astype(np.int8))
+
+
+def test_illegal_instruction_after_finish_is_left_over(make_device):
+    """Nothing after the first FINISH is dispatched, so nothing there is checked: an illegal opcode
+    after it is a leftover instruction, as the core reports it."""
+    dev = make_device()
+    isa = dev.config.isa
+    with pytest.raises(UnbalancedTokensError, match=r"1 instruction\(s\) for no module left from #1") as e:
+        run(dev, [finish(isa), 5])
+    assert e.value.index == 1
+
+
 def test_instructions_after_finish_are_reported(make_device):
     dev = make_device()
     isa = dev.config.isa
