@@ -663,17 +663,66 @@ struct Engine {
   }
 #endif
 
+  // The uops of a GEMM or ALU loop in program order up to the first one with an index past its
+  // buffer, which fills the report: the core runs (and counts) the uops before it, then stops.
+  // Only for loops whose largest index passes a buffer, so the plain code, one uop at a time.
+  Status run_until_bad(const uint64_t* w, const Loops& l, bool is_gemm, int64_t* report) {
+    const bool reset = is_gemm && get(w, F_RESET);
+    const bool use_imm = !is_gemm && get(w, F_USE_IMM);
+    const int32_t imm = static_cast<int32_t>(get_signed(w, F_IMM));
+    const uint64_t opcode = is_gemm ? 0 : get(w, F_ALU_OPCODE);
+    const int64_t lanes = acc_lanes();
+    for (int64_t o = 0; o < l.iter_out; ++o)
+      for (int64_t i = 0; i < l.iter_in; ++i)
+        for (int64_t k = 0; k < l.nuops; ++k) {
+          const int64_t d = o * l.dst_out + i * l.dst_in + u_dst[k];
+          const int64_t s = o * l.src_out + i * l.src_in + u_src[k];
+          const int64_t g = o * l.wgt_out + i * l.wgt_in + u_wgt[k];
+          // the core's order: dst, then src and wgt where the operation reads them
+          const bool ok = within(d, p.acc_depth, is_gemm ? GEMM_DST : ALU_DST, report) &&
+                          (is_gemm ? reset || (within(s, p.inp_depth, GEMM_SRC, report) &&
+                                               within(g, p.wgt_depth, GEMM_WGT, report))
+                                   : use_imm || within(s, p.acc_depth, ALU_SRC, report));
+          if (!ok) return ST_SRAM_INDEX;
+          int32_t* a = acc + d * lanes;
+          if (reset) {
+            std::memset(a, 0, lanes * sizeof(int32_t));
+          } else if (is_gemm) {
+            const uint32_t one = static_cast<uint32_t>(k);
+            gemm_group_generic(a, inp + (s - u_src[k]) * inp_lanes(), wgt + (g - u_wgt[k]) * wgt_lanes(), &one, 1);
+            write_out(d);
+            count(C_GEMM, 1);
+          } else {
+            auto row = [&](auto op) {
+              use_imm ? alu_row<true>(a, out + d * lanes, nullptr, lanes, imm, op)
+                      : alu_row<false>(a, out + d * lanes, acc + s * lanes, lanes, imm, op);
+            };
+            switch (opcode) {
+              case ALU_MIN: row(AluMin{}); break;
+              case ALU_MAX: row(AluMax{}); break;
+              case ALU_ADD: row(AluAdd{}); break;
+              default: row(AluShr{static_cast<int32_t>(p.shift_bits)});
+            }
+            count(C_ALU, 1);
+          }
+          tick(1);
+        }
+    return ST_INTERNAL;   // unreachable: the caller saw an index past a buffer
+  }
+
   Status gemm(const uint64_t* w, int64_t* report) {
     Loops l = loops(w, true);
     if (l.empty()) return ST_OK;
-    if (!within(top(u_dst, l, l.dst_out, l.dst_in), p.acc_depth, GEMM_DST, report)) return ST_SRAM_INDEX;
+    const bool reset = get(w, F_RESET) != 0;
+    if (top(u_dst, l, l.dst_out, l.dst_in) >= p.acc_depth ||
+        (!reset && (top(u_src, l, l.src_out, l.src_in) >= p.inp_depth ||
+                    top(u_wgt, l, l.wgt_out, l.wgt_in) >= p.wgt_depth)))
+      return run_until_bad(w, l, true, report);
     const int64_t lanes = acc_lanes();
-    if (get(w, F_RESET)) {   // zero the accumulators; OUT keeps its value
+    if (reset) {   // zero the accumulators; OUT keeps its value
       lanes == 16 ? reset_rows<16>(l) : reset_rows<0>(l);
       return ST_OK;
     }
-    if (!within(top(u_src, l, l.src_out, l.src_in), p.inp_depth, GEMM_SRC, report)) return ST_SRAM_INDEX;
-    if (!within(top(u_wgt, l, l.wgt_out, l.wgt_in), p.wgt_depth, GEMM_WGT, report)) return ST_SRAM_INDEX;
     count(C_GEMM, l.nuops * l.iter_out * l.iter_in);
 #if defined(__AVX2__)
     const bool fast = !generic_gemm && avx2_shape(p);
@@ -978,10 +1027,10 @@ struct Engine {
   Status alu(const uint64_t* w, int64_t* report) {
     Loops l = loops(w, false);
     if (l.empty()) return ST_OK;
-    if (!within(top(u_dst, l, l.dst_out, l.dst_in), p.acc_depth, ALU_DST, report)) return ST_SRAM_INDEX;
     const bool use_imm = get(w, F_USE_IMM) != 0;
-    if (!use_imm && !within(top(u_src, l, l.src_out, l.src_in), p.acc_depth, ALU_SRC, report))
-      return ST_SRAM_INDEX;
+    if (top(u_dst, l, l.dst_out, l.dst_in) >= p.acc_depth ||
+        (!use_imm && top(u_src, l, l.src_out, l.src_in) >= p.acc_depth))
+      return run_until_bad(w, l, false, report);
     count(C_ALU, l.nuops * l.iter_out * l.iter_in);
     const int32_t imm = static_cast<int32_t>(get_signed(w, F_IMM));
     switch (get(w, F_ALU_OPCODE)) {
