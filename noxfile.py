@@ -1,4 +1,5 @@
-"""Sessions: tests, demo, lint, docs, screenshots, bench, sweeps, tune, synth, fuzz, verilog, bitstream (see README)."""
+"""Sessions: tests, demo, lint, docs, screenshots, bench, sweeps, tune, synth, fuzz, netfuzz, verilog, bitstream
+(see README)."""
 
 import nox
 
@@ -97,6 +98,19 @@ def fuzz(session: nox.Session) -> None:
     """Differential fuzzing of fsim against tsim on random buses: ``nox -s fuzz -- N [--seed S] [--jobs J]``."""
     _install(session)
     session.run("python", "-m", "sim.fuzz", *(session.posargs or ["200"]))
+
+
+@nox.session
+def netfuzz(session: nox.Session) -> None:
+    """Random whole networks through graph.from_onnx -> quantize -> graph_pack -> build, each equal bit for bit
+    to the CPU run of its quantized module: 1,000 on fsim, then 100 on tsim (``-- N --seed S --device D`` runs
+    one batch of your own); a failing network is shrunk and saved under build/netfuzz/."""
+    _install(session)
+    if session.posargs:
+        session.run("python", "-m", "vta_compiler.testing.netfuzz", *session.posargs)
+        return
+    session.run("python", "-m", "vta_compiler.testing.netfuzz", "1000", "--seed", "1", "--device", "fsim")
+    session.run("python", "-m", "vta_compiler.testing.netfuzz", "100", "--seed", "1001", "--device", "tsim")
 
 
 @nox.session
