@@ -4,7 +4,7 @@
 random programs, each on a fresh fsim and a fresh tsim device with the same DRAM contents, and
 compares every output byte, the fsim counters both devices define, and the outcome (a tenth of the
 cases have one instruction replaced by an illegal one: both devices must refuse it with the same
-error class and instruction index; another tenth has a GEMM or ALU whose loop runs an index past
+error class and instruction index; about another tenth has a GEMM or ALU whose loop runs an index past
 its buffer after some uops in range: both must stop at the same instruction with the same first
 failing index, and the same counters of the compute module, the uops before it included). Some
 programs end without a token sync (FINISH while load and store still have work), a fifth use
@@ -307,7 +307,7 @@ class _Gen:
 
     def bad_loop(self) -> bool:
         """A GEMM or ALU whose loop runs an index past its buffer (not the region: the SRAM's depth)
-        after some uops that are in range, where the largest index is past the first bad one."""
+        after some uops that are in range; the loop's largest index is usually past its first bad one."""
         r, cfg = self.rnd, self.cfg
         k = self._kernel(alu=r.random() < 0.5)
         if k is None or k[0] == k[1]:
