@@ -217,4 +217,8 @@ def instructions(out: Path, board, cfg: Config) -> str:
             f"  4. install it into the bitstream cache: vta-bitstream install {rbf}\n"
             f"  5. on the board (MSEL switches 01010: FPP x32, compressed): python -m vta_compiler.exec.rpc_server "
             f"--host 0.0.0.0, then from the host vta.program_fpga(remote) and vta.reconfig_runtime(remote) "
-            f"(see README, 'Boards')")
+            f"(see README, 'Boards').\n"
+            f"     WARNING: TVM's RPC has no authentication and accepts uploads and native modules: anyone who\n"
+            f"     reaches that port runs code on the board (as root). Use --host 0.0.0.0 only on a private link\n"
+            f"     (the board cabled to the host) or a private network behind the tracker; otherwise keep the\n"
+            f"     default 127.0.0.1 and connect through an SSH tunnel: ssh -L 9091:localhost:9091 <board>")

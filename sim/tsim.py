@@ -40,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from vta_hw.cache import cache_dir, locked, temp_path
+from vta_hw.cache import cache_dir
+from vta_hw.files import locked, temp_path
 from vta_hw.lint import WAIVERS, verilator_path
 from vta_hw.spec import Config, load_config
 from vta_hw.spec.regmap import DmaClient
