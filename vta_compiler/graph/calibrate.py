@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .evaluate import evaluate
-from .ir import Graph, describe
+from .ir import Const, Graph, describe
 
 #: exponents are kept in this range (a tensor that is all zeros gets the top one)
 EXP_MIN, EXP_MAX = -24, 24
@@ -63,6 +63,17 @@ class NodeStats:
         return np.concatenate(self.samples) if self.samples else np.zeros(1)
 
 
+def _non_finite_origin(n, vals: dict) -> str:
+    """Where a node's first non-finite values come from: computed from finite inputs, or carried from a constant
+    of the model (an exporter's -inf for a masked maximum, say)."""
+    for a in n.tensor_args:
+        v = a.value if isinstance(a, Const) else vals.get(id(a))
+        if v is not None and np.issubdtype(np.asarray(v).dtype, np.floating) and not np.isfinite(v).all():
+            what = "a constant of the model" if isinstance(a, Const) else describe(a)
+            return f"holds NaN or infinite values carried from {what}"
+    return "computes NaN or infinite values from finite inputs"
+
+
 def collect(g: Graph, batches: Iterable[list[np.ndarray]], *, channel_nodes: set[int] = frozenset(),
             method: str = "max", percentile: float | None = None) -> dict[int, NodeStats]:
     """Run the float graph on every batch; the statistics of each (tensor) node."""
@@ -77,8 +88,8 @@ def collect(g: Graph, batches: Iterable[list[np.ndarray]], *, channel_nodes: set
             v = vals[id(n)]
             a = np.abs(v.astype(np.float64, copy=False))
             if not np.isfinite(a).all():
-                raise CalibrationError(f"calibration item {k}: {describe(n)} ({n.op}) computes NaN or infinite "
-                                       "values from finite inputs, which no int8 scale can represent")
+                raise CalibrationError(f"calibration item {k}: {describe(n)} ({n.op}) " + _non_finite_origin(n, vals)
+                                       + ", which no int8 scale can represent")
             s = stats[id(n)]
             s.amax = max(s.amax, float(a.max(initial=0)))
             if percentile is not None and a.size:
