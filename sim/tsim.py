@@ -174,6 +174,7 @@ def build_library(verilog: Path, beat_bytes: int, *, trace: bool = False, progre
     with locked(out):                 # one builder at a time; the others then find its library
         if lib.exists():
             return lib
+        out.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         progress(f"[tsim] building {what or verilog.name} {'with FST trace ' if trace else ''}in {out}")
         log = out / "build.log"
