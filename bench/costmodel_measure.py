@@ -1,0 +1,134 @@
+"""Measure chosen tilings of layers on tsim, for calibrating and checking the cost model.
+
+    python -m bench.costmodel_measure --layers DW5,DW7 --top 8 --random 24 --log build/costmodel/dw.jsonl
+    python -m bench.costmodel_measure --layers C4 --model-choice --log vta_compiler/tiling/shipped/resnet18.jsonl
+
+For each layer it measures the cost model's ``--top`` best candidates and a seeded random sample of
+``--random`` other legal ones (so a fit is not biased towards near-optimal tilings), each built here and run
+once on tsim (the Verilated core, in this process), its output checked against numpy. One record per
+measurement is appended to ``--log`` in the tuner's format (``vta_compiler.tiling.records``), with the device's
+counters; candidates the log already holds for this hardware configuration are skipped, so a run is resumed.
+Unlike ``vta_compiler.autotune.tune`` no RPC servers are started: the runs are sequential, one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+
+def layer_tasks(names: list[str], acc_operands: int = 1):
+    """Tasks of named layers: ResNet-18's C1-C11, MobileNet's depthwise DW1-DW9 and group D1-D9, the wide group
+    G1-G4, DCGAN's CT1-CT3 and the U-Net decoder's UP1 (``vta_compiler.top``)."""
+    from vta_compiler import top
+    from vta_compiler.tiling import Task
+    tables = [top.RESNET18, top.MOBILENET_DEPTHWISE, top.MOBILENET_GROUP, top.WIDE_GROUP, top.DCGAN, top.UNET_DECODER]
+    known = {n: w for t in tables for n, w in t.items()}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown layer(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return [Task.of(known[n], acc_operands, n) for n in names]
+
+
+def choose(task, env, top: int, n_random: int, seed: int) -> list:
+    """The cost model's ``top`` best legal tilings, then ``n_random`` others drawn at random (seeded per layer)."""
+    ranked = task.op.candidates(task.workload, env, task.acc_operands)
+    rest = ranked[top:]
+    rng = random.Random(f"{seed}:{task.name}")
+    return ranked[:top] + rng.sample(rest, min(n_random, len(rest)))
+
+
+class TsimRunner:
+    """Builds a tiling of a task and runs it once on an in-process tsim device."""
+
+    def __init__(self, env):
+        import vta_runtime
+        from sim.tsim import TsimDevice
+        self.env = env
+        self.tsim_config = env.config.replace(TARGET="tsim")
+        self.dev = TsimDevice(self.tsim_config)
+        vta_runtime.set_command_queue(vta_runtime.CommandQueue(self.dev))
+        self._data = {}
+
+    def close(self) -> None:
+        import vta_runtime
+        vta_runtime.set_command_queue(None)
+        self.dev.close()
+
+    def measure(self, task, tiling):
+        """A :class:`Record` of one run (cycles and counters, or the error)."""
+        import tvm
+
+        from vta_compiler.autotune.measure import BREAKDOWN_COUNTERS, check_output
+        from vta_compiler.build_module import build
+        from vta_compiler.tiling.records import Record, config_hash
+        op, env = task.op, self.env
+        if task.key not in self._data:
+            self._data[task.key] = op.data(task.workload, env, task.acc_operands)
+        data = self._data[task.key]
+        knobs = op.knob_values(tiling)
+        t0 = time.perf_counter()
+        err, cycles, stats = None, None, {}
+        try:
+            mod = build(op.scheduled(task.workload, tiling, env, task.acc_operands, data.shift))
+        except Exception as exc:      # noqa: BLE001 (a build error is a result)
+            err = f"build failed: {str(exc).strip().splitlines()[-1][:300]}"
+        build_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if err is None:
+            dev = tvm.ext_dev(0)
+            args = [tvm.runtime.tensor(a, device=dev) for a in data.args]
+            out = tvm.runtime.empty(data.out_shape, "int8", device=dev)
+            self.dev.clear_stats()
+            mod(*args, out)
+            raw = self.dev.stats()
+            stats = {k: int(raw[k]) for k in BREAKDOWN_COUNTERS if raw.get(k)}
+            cycles = int(raw["cycle_count"])
+            err = check_output(op.unpack(out.numpy()), data.expected)
+        return Record(task, knobs, cycles if err is None else None, err, config_hash(self.tsim_config),
+                      f"tsim_{env.MODEL.split('_', 1)[1]}", "tsim", op.estimate(task.workload, tiling, env), stats,
+                      build_s, time.perf_counter() - t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import vta_compiler as vta
+    from vta_compiler.tiling.records import append_record, config_hash, read_records
+    p = argparse.ArgumentParser(prog="python -m bench.costmodel_measure", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--layers", required=True, help="comma-separated layer names (C4, DW7, G2, CT3, UP1, ...)")
+    p.add_argument("--top", type=int, default=8, help="the cost model's best candidates to measure (default 8)")
+    p.add_argument("--random", type=int, default=24, help="random other legal candidates to measure (default 24)")
+    p.add_argument("--model-choice", action="store_true", help="measure only the cost model's choice")
+    p.add_argument("--acc-operands", type=int, default=1, help="per-channel ACC operands (1: a bias; 2: and a shift)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log", required=True, help="records log to append to (resumed)")
+    args = p.parse_args(argv)
+    env = vta.get_env()
+    tasks = layer_tasks(args.layers.split(","), args.acc_operands)
+    runner = TsimRunner(env)
+    want_config = config_hash(runner.tsim_config)
+    old, _ = read_records(args.log) if Path(args.log).exists() else ([], None)
+    done = {(r.task.key, r.knobs_key) for r in old if r.config == want_config}
+    try:
+        for task in tasks:
+            picks = [task.op.model_choice(task.workload, env, task.acc_operands)] if args.model_choice else \
+                choose(task, env, args.top, args.random, args.seed)
+            for i, t in enumerate(picks):
+                rec_key = (task.key, __import__("json").dumps(task.op.knob_values(t), sort_keys=True))
+                if rec_key in done:
+                    continue
+                rec = runner.measure(task, t)
+                append_record(args.log, rec)
+                done.add(rec_key)
+                print(f"{task.name} {i + 1}/{len(picks)} {rec.cycles} {rec.error or ''} build {rec.build_s:.1f} s "
+                      f"run {rec.run_s:.1f} s {task.op.knob_values(t)}", flush=True)
+    finally:
+        runner.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
