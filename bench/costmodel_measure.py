@@ -20,12 +20,23 @@ import time
 from pathlib import Path
 
 
+def extra_conv2d() -> dict:
+    """conv2d layers beyond ResNet-18's, to check the cost model on shapes it was not fitted to: MobileNet v1's
+    pointwise layers (PW*) and two other kernels."""
+    from vta_compiler.top import Conv2DWorkload
+    pw = {f"PW{n}": Conv2DWorkload(1, hw, hw, c, c, 1, 1, 0, 0, 1, 1)
+          for n, hw, c in ((2, 56, 128), (4, 28, 256), (6, 14, 512), (8, 7, 1024))}
+    return {**pw, "X3": Conv2DWorkload(1, 28, 28, 64, 96, 3, 3, 1, 1, 1, 1),
+            "X5": Conv2DWorkload(1, 14, 14, 32, 64, 5, 5, 2, 2, 1, 1)}
+
+
 def layer_tasks(names: list[str], acc_operands: int = 1):
     """Tasks of named layers: ResNet-18's C1-C11, MobileNet's depthwise DW1-DW9 and group D1-D9, the wide group
-    G1-G4, DCGAN's CT1-CT3 and the U-Net decoder's UP1 (``vta_compiler.top``)."""
+    G1-G4, DCGAN's CT1-CT3, the U-Net decoder's UP1 (``vta_compiler.top``) and ``extra_conv2d``."""
     from vta_compiler import top
     from vta_compiler.tiling import Task
-    tables = [top.RESNET18, top.MOBILENET_DEPTHWISE, top.MOBILENET_GROUP, top.WIDE_GROUP, top.DCGAN, top.UNET_DECODER]
+    tables = [top.RESNET18, top.MOBILENET_DEPTHWISE, top.MOBILENET_GROUP, top.WIDE_GROUP, top.DCGAN, top.UNET_DECODER,
+              extra_conv2d()]
     known = {n: w for t in tables for n, w in t.items()}
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -33,10 +44,15 @@ def layer_tasks(names: list[str], acc_operands: int = 1):
     return [Task.of(known[n], acc_operands, n) for n in names]
 
 
-def choose(task, env, top: int, n_random: int, seed: int) -> list:
-    """The cost model's ``top`` best legal tilings, then ``n_random`` others drawn at random (seeded per layer)."""
+def choose(task, env, top: int, n_random: int, seed: int, max_ratio: float | None = None) -> list:
+    """The cost model's ``top`` best legal tilings, then ``n_random`` others drawn at random (seeded per layer),
+    among those the model puts within ``max_ratio`` of its best (tilings of 1x1 tiles can take 100x longer to
+    simulate and tell little)."""
     ranked = task.op.candidates(task.workload, env, task.acc_operands)
     rest = ranked[top:]
+    if max_ratio is not None:
+        limit = max_ratio * task.op.estimate(task.workload, ranked[0], env)
+        rest = [t for t in rest if task.op.estimate(task.workload, t, env) <= limit]
     rng = random.Random(f"{seed}:{task.name}")
     return ranked[:top] + rng.sample(rest, min(n_random, len(rest)))
 
@@ -101,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", required=True, help="comma-separated layer names (C4, DW7, G2, CT3, UP1, ...)")
     p.add_argument("--top", type=int, default=8, help="the cost model's best candidates to measure (default 8)")
     p.add_argument("--random", type=int, default=24, help="random other legal candidates to measure (default 24)")
+    p.add_argument("--max-ratio", type=float, help="draw the random ones among the tilings the model puts within this "
+                   "factor of its best")
     p.add_argument("--model-choice", action="store_true", help="measure only the cost model's choice")
     p.add_argument("--acc-operands", type=int, default=1, help="per-channel ACC operands (1: a bias; 2: and a shift)")
     p.add_argument("--seed", type=int, default=0)
@@ -115,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for task in tasks:
             picks = [task.op.model_choice(task.workload, env, task.acc_operands)] if args.model_choice else \
-                choose(task, env, args.top, args.random, args.seed)
+                choose(task, env, args.top, args.random, args.seed, args.max_ratio)
             for i, t in enumerate(picks):
                 rec_key = (task.key, __import__("json").dumps(task.op.knob_values(t), sort_keys=True))
                 if rec_key in done:

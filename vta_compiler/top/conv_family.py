@@ -153,6 +153,11 @@ EPILOGUE_CYCLES_PER_ELEM = 5
 #: cycles of a STORE instruction besides its beats: command, burst set-up and the write response (8 cycles
 #: on tsim's bus); fitted to ``store_busy_cycles``
 STORE_INSN_CYCLES = 17.0
+#: cycles of a UOP load instruction besides its beats (fitted to ``compute_busy_cycles``, like the above)
+UOP_LOAD_CYCLES = 17.0
+#: cycles an ACC load waits for the read bus while the load module streams: behind up to 8 outstanding bursts of
+#: 16 beats of the load module's DMA (``vta_hw.dma.DmaReader(max_outstanding=8)``, AXI_MAX_BURST_BEATS)
+BUS_CONTENTION_CYCLES = 128.0
 #: depth of the load/compute/store command queues (``vta_hw.core.Core(queue_depth=16)``)
 COMMAND_QUEUE_DEPTH = 16
 #: steps and tiles simulated before the last period is extended to the rest (the pattern is periodic from the
@@ -233,6 +238,8 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
         (n_stores - COMMAND_QUEUE_DEPTH) / s.store_insns * acc_v * env.OUT_ELEM_BYTES / bus \
         if n_stores > COMMAND_QUEUE_DEPTH else None
     loads, gemms = _step_program(vo_n, vh_n, k_n, s.inp_private, inp_loop, wgt_per_step)
+    # can the compute queue hold back the next tile's loads (more than 16 instructions between them)?
+    queued = threads + (1 + EPILOGUE_INSNS * vh_n if steps == 1 else 0) > COMMAND_QUEUE_DEPTH
     n_inp_buf = k_n * (vo_n if s.inp_private else 1) * vh_n
     n_gemm = threads * k_n
     load_dur = (inp1, inp_all, wgt1)
@@ -269,11 +276,12 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
             lf = max(lf, max(prev_g)) + wtile
         for v in range(threads):
             start = cf if cf > stores[v] else stores[v]
-            pending.append(start)
+            if queued:
+                pending.append(start)
             cf = start + reset1
         # this tile's loads follow the stores and resets in program order: fetch dispatches them once the store
         # and compute queues have taken all but their last 16 instructions
-        if len(pending) > COMMAND_QUEUE_DEPTH and pending[-COMMAND_QUEUE_DEPTH - 1] > gate:
+        if queued and len(pending) > COMMAND_QUEUE_DEPTH and pending[-COMMAND_QUEUE_DEPTH - 1] > gate:
             gate = pending[-COMMAND_QUEUE_DEPTH - 1]
         if gate > lf:
             lf = gate
@@ -307,10 +315,11 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
                     dep = wgt[w]
                 cf = (cf if cf > dep else dep) + gemm1
                 g[gi] = cf
-            pending = [cf]                       # the last epilogue: its ACC load, then its ALU instructions
+            if queued:                           # the last epilogue: its ACC load, then its ALU instructions
+                pending = [cf] + [cf + bias1 + (h + i / EPILOGUE_INSNS) * alu1 for h in range(vh_n)
+                                  for i in range(EPILOGUE_INSNS)]
             cf += bias1
             for _ in range(vh_n):
-                pending += [cf + i * alu1 / EPILOGUE_INSNS for i in range(EPILOGUE_INSNS)]
                 cf += alu1
                 alu_end.append(cf)
         else:
@@ -349,25 +358,34 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
         """A run of tiles from a drained pipeline to the last store (cycles); ``weights``: which of its tiles
         load their weight tile first ("first", "every" or None)."""
         state = (0.0, 0.0, 0.0, [0.0] * threads, [0.0] * n_gemm, 0.0, [])
+        # with a chunk loop a tile starts when its resets have waited for the previous tile's stores, so the
+        # period is exact from the second tile on, unless the first one also loaded the weights
+        simulated = 2 if steps > 1 and weights != "first" else _SIMULATED
         marks = []
-        for i in range(min(n_tiles, _SIMULATED)):
+        for i in range(min(n_tiles, simulated)):
             state = tile(state, weights == "every" or (weights == "first" and i == 0))
             marks.append(max(state[0], state[1], state[2]))
         total = marks[-1]
-        if n_tiles > _SIMULATED:
-            total += (n_tiles - _SIMULATED) * (marks[-1] - marks[-2])
+        if n_tiles > simulated:
+            total += (n_tiles - simulated) * (marks[-1] - marks[-2])
         return total
 
+    # the first tile also loads every uop kernel (then they stay in the UOP buffer): a reset, the ALU instructions
+    # and the GEMMs of each thread, one GEMM kernel per slot, or per chunk when the weights stay (the weight
+    # offset is in the uops)
+    gemm_kernels = threads * (s.chunks if s.wgt_at_co else k_n)
+    uop_loads = UOP_LOAD_CYCLES * (threads * (1 + EPILOGUE_INSNS) + gemm_kernels) + \
+        gemm_kernels * s.uops * env.UOP_ELEM_BYTES / bus
     n_tiles = s.out_tiles * s.spatial_tiles
     run_tiles = max(1, min(s.run_tiles, n_tiles))
     if not s.wgt_at_co:
-        return (n_tiles // run_tiles) * run(run_tiles, None)
+        return uop_loads + (n_tiles // run_tiles) * run(run_tiles, None)
     if s.spatial_tiles < run_tiles:          # every tile loads its own weight tile
-        return (n_tiles // run_tiles) * run(run_tiles, "every")
+        return uop_loads + (n_tiles // run_tiles) * run(run_tiles, "every")
     runs = s.spatial_tiles // run_tiles      # runs sharing one weight tile: the first one loads it
     first = run(run_tiles, "first")
     rest = run(run_tiles, None) if runs > 1 else 0.0
-    return s.out_tiles * (first + (runs - 1) * rest)
+    return uop_loads + s.out_tiles * (first + (runs - 1) * rest)
 
 
 # ------------------------------------------------------------------------------------------------ schedule
