@@ -155,9 +155,6 @@ EPILOGUE_CYCLES_PER_ELEM = 5
 STORE_INSN_CYCLES = 17.0
 #: cycles of a UOP load instruction besides its beats (fitted to ``compute_busy_cycles``, like the above)
 UOP_LOAD_CYCLES = 17.0
-#: cycles an ACC load waits for the read bus while the load module streams: behind up to 8 outstanding bursts of
-#: 16 beats of the load module's DMA (``vta_hw.dma.DmaReader(max_outstanding=8)``, AXI_MAX_BURST_BEATS)
-BUS_CONTENTION_CYCLES = 128.0
 #: depth of the load/compute/store command queues (``vta_hw.core.Core(queue_depth=16)``)
 COMMAND_QUEUE_DEPTH = 16
 #: steps and tiles simulated before the last period is extended to the rest (the pattern is periodic from the
