@@ -80,23 +80,27 @@ def innermost(loops: tuple[int, ...]) -> int:
 def padding_fraction(rows: tuple[int, int, int, int, int], cols: tuple[int, int, int, int, int]) -> float:
     """Average fraction of an input window that is zero padding, over the tiles of one axis each:
     ``(tiles, first_offset, step, window, size)``: tile ``i`` reads input positions ``[first + i*step,
-    first + i*step + window)`` of ``[0, size)``. Only the tiles near the edges are partly outside, so they are
-    counted from both ends."""
-    def inside(tiles, first, step, window, size):
-        total = tiles * window
-        outside = 0
-        for i in range(tiles):                        # from the start, while the window begins before 0
-            lo = first + i * step
-            if lo >= 0:
-                break
-            outside += min(-lo, window)
-        for i in range(tiles - 1, -1, -1):            # from the end, while it ends after size
-            hi = first + i * step + window
-            if hi <= size:
-                break
-            outside += min(hi - size, window)
-        return (total - min(outside, total)) / total
-    return 1.0 - inside(*rows) * inside(*cols)
+    first + i*step + window)`` of ``[0, size)``."""
+    return 1.0 - _inside(*rows) * _inside(*cols)
+
+
+@functools.lru_cache(maxsize=4096)
+def _inside(tiles: int, first: int, step: int, window: int, size: int) -> float:
+    """The fraction of one axis' windows inside ``[0, size)``; only the tiles near the edges are partly outside,
+    so they are counted from both ends."""
+    outside = 0
+    for i in range(tiles):                        # from the start, while the window begins before 0
+        lo = first + i * step
+        if lo >= 0:
+            break
+        outside += min(-lo, window)
+    for i in range(tiles - 1, -1, -1):            # from the end, while it ends after size
+        hi = first + i * step + window
+        if hi <= size:
+            break
+        outside += min(hi - size, window)
+    total = tiles * window
+    return (total - min(outside, total)) / total
 
 
 # ------------------------------------------------------------------------------------------------ cost model
@@ -247,7 +251,7 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
         inp = [0.0] * n_inp_buf
         wgt = [0.0] * (k_n * vo_n)
         for kind, buf, readers in loads:
-            dep = prev if first else max(prev[r] for r in readers)
+            dep = prev if first else max(map(prev.__getitem__, readers))
             lf = (lf if lf > dep else dep) + load_dur[kind]
             if kind == 2:
                 wgt[buf] = lf
@@ -268,7 +272,7 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
         """One tile from ``state = (load free, compute free, store free, stores' ends per thread, GEMM ends of
         the previous tile, the time the store queue lets this tile's loads through, the start times of the
         compute instructions since the previous tile's last GEMM)``."""
-        lf, cf, sf, stores, prev_g, gate, pending = state
+        lf, cf, sf, stores, prev_g, gate, pending, _ = state
         if weights:
             lf = max(lf, max(prev_g)) + wtile
         for v in range(threads):
@@ -276,6 +280,7 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
             if queued:
                 pending.append(start)
             cf = start + reset1
+        resets = cf
         # this tile's loads follow the stores and resets in program order: fetch dispatches them once the store
         # and compute queues have taken all but their last 16 instructions
         if queued and len(pending) > COMMAND_QUEUE_DEPTH and pending[-COMMAND_QUEUE_DEPTH - 1] > gate:
@@ -290,7 +295,7 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
             inp = [0.0] * n_inp_buf
             wgt = [0.0] * (k_n * vo_n)
             for kind, buf, readers in loads:
-                dep = max(prev_g[r] for r in readers)
+                dep = max(map(prev_g.__getitem__, readers))
                 lf = (lf if lf > dep else dep) + load_dur[kind]
                 if kind == 2:
                     wgt[buf] = lf
@@ -349,22 +354,42 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
                 sf = t0 + store1
                 new_stores.append(sf)
         gate = start + gate_after if gate_after is not None else 0.0
-        return lf, cf, sf, new_stores, g, gate, pending
+        return lf, cf, sf, new_stores, g, gate, pending, resets
+
+    def resets_end(state):
+        """When the next tile's resets end, from the stores of the tile that left ``state``."""
+        cf, stores = state[1], state[3]
+        for v in range(threads):
+            cf = (cf if cf > stores[v] else stores[v]) + reset1
+        return cf
+
+    plain = []           # (a plain tile's time from its resets' end to its end, the period) once known
 
     def run(n_tiles, weights):
         """A run of tiles from a drained pipeline to the last store (cycles); ``weights``: which of its tiles
         load their weight tile first ("first", "every" or None)."""
-        state = (0.0, 0.0, 0.0, [0.0] * threads, [0.0] * n_gemm, 0.0, [])
-        # with a chunk loop a tile starts when its resets have waited for the previous tile's stores, so the
-        # period is exact from the second tile on, unless the first one also loaded the weights
-        simulated = 2 if steps > 1 and weights != "first" else _SIMULATED
+        state = (0.0, 0.0, 0.0, [0.0] * threads, [0.0] * n_gemm, 0.0, [], 0.0)
+        if steps > 1 and weights != "every":
+            # with a chunk loop a tile's loads wait for its resets, and they for the previous tile's stores: every
+            # tile without the weight load takes the same time from its resets on, and the next one's resets end
+            # the same time after its own
+            if weights == "first":
+                state = tile(state, True)
+                n_tiles -= 1
+                if not n_tiles:
+                    return max(state[0], state[1], state[2])
+            elif plain:                    # known from an earlier run: a plain tile from a drained pipeline
+                return threads * reset1 + plain[0] + (n_tiles - 1) * plain[1]
+            state = tile(state, False)
+            plain[:] = [max(state[0], state[1], state[2]) - state[7], resets_end(state) - state[7]]
+            return state[7] + plain[0] + (n_tiles - 1) * plain[1]
         marks = []
-        for i in range(min(n_tiles, simulated)):
+        for i in range(min(n_tiles, _SIMULATED)):
             state = tile(state, weights == "every" or (weights == "first" and i == 0))
             marks.append(max(state[0], state[1], state[2]))
         total = marks[-1]
-        if n_tiles > simulated:
-            total += (n_tiles - simulated) * (marks[-1] - marks[-2])
+        if n_tiles > _SIMULATED:
+            total += (n_tiles - _SIMULATED) * (marks[-1] - marks[-2])
         return total
 
     # the first tile also loads every uop kernel (then they stay in the UOP buffer): a reset, the ALU instructions
