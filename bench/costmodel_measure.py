@@ -44,6 +44,21 @@ def layer_tasks(names: list[str], acc_operands: int = 1):
     return [Task.of(known[n], acc_operands, n) for n in names]
 
 
+def network_tasks(network: str, env):
+    """The VTA layers of one of the repository's networks (``vta_compiler.graph.models``: "mobilenet", "dcgan",
+    "resnet18"), as ``extract_tasks`` finds them in the quantized network (with their ACC operands)."""
+    from vta_compiler import autotune, graph
+    from vta_compiler.graph import models
+    from vta_compiler.tiling import Task
+    make = {"mobilenet": models.mobilenet_v1_onnx, "dcgan": models.dcgan_generator_onnx,
+            "resnet18": lambda: models.resnet_onnx(18)}
+    if network not in make:
+        raise SystemExit(f"unknown network {network!r}; known: {', '.join(make)}")
+    mod, params = graph.from_onnx(make[network]())
+    tasks = autotune.extract_tasks(graph.quantize(mod, params, global_scale=8.0), env)
+    return [Task(t.kind, t.workload, t.acc_operands, f"{network}/{t.name}") for t in tasks]
+
+
 def choose(task, env, top: int, n_random: int, seed: int, max_ratio: float | None = None) -> list:
     """The cost model's ``top`` best legal tilings, then ``n_random`` others drawn at random (seeded per layer),
     among those the model puts within ``max_ratio`` of its best (tilings of 1x1 tiles can take 100x longer to
@@ -114,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     from vta_compiler.tiling.records import append_record, config_hash, read_records
     p = argparse.ArgumentParser(prog="python -m bench.costmodel_measure", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layers", required=True, help="comma-separated layer names (C4, DW7, G2, CT3, UP1, ...)")
+    p.add_argument("--layers", help="comma-separated layer names (C4, DW7, G2, CT3, UP1, ...)")
+    p.add_argument("--network", help="every VTA layer of a network instead (mobilenet, dcgan, resnet18)")
+    p.add_argument("--skip-known", nargs="*", default=[], metavar="LOG",
+                   help="skip the layers whose workload these logs already have records of (any ACC operands)")
     p.add_argument("--top", type=int, default=8, help="the cost model's best candidates to measure (default 8)")
     p.add_argument("--random", type=int, default=24, help="random other legal candidates to measure (default 24)")
     p.add_argument("--max-ratio", type=float, help="draw the random ones among the tilings the model puts within this "
@@ -125,7 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log", required=True, help="records log to append to (resumed)")
     args = p.parse_args(argv)
     env = vta.get_env()
-    tasks = layer_tasks(args.layers.split(","), args.acc_operands)
+    if bool(args.layers) == bool(args.network):
+        raise SystemExit("give --layers or --network")
+    tasks = layer_tasks(args.layers.split(","), args.acc_operands) if args.layers else network_tasks(args.network, env)
+    known = {(r.task.kind, str(r.task.workload)) for f in args.skip_known for r in read_records(f)[0]}
+    tasks = [t for t in tasks if (t.kind, str(t.workload)) not in known]
     runner = TsimRunner(env)
     want_config = config_hash(runner.tsim_config)
     old, _ = read_records(args.log) if Path(args.log).exists() else ([], None)
