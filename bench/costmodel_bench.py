@@ -120,12 +120,14 @@ def evaluate(env, measure_missing=None) -> dict:
         from vta_compiler.top.conv_family import estimate_cycles
         new = [estimate_cycles(s, env) for s in shapes]
         old = [legacy_estimate(s, env) for s in shapes]
-        choice = op.model_choice(wkl, env, task.acc_operands)
-        knobs = op.knob_values(choice)
+        ranked = [op.knob_values(t) for t in op.candidates(wkl, env, task.acc_operands)]
+        choice = op.tiling_from_knobs(ranked[0])
+        knobs = ranked[0]
         chosen = next((r for r in recs if r.knobs == knobs), None)
         if chosen is None and measure_missing is not None:
             chosen = measure_missing(task, choice)
         best = float(cycles.min())
+        best_knobs = recs[int(np.argmin(cycles))].knobs
         name = task.name or task.describe()
         rows[key] = {
             "layer": name, "kind": kind_of(task), "workload": task.describe(), "candidates": len(recs),
@@ -136,7 +138,10 @@ def evaluate(env, measure_missing=None) -> dict:
             "median_estimate_over_measured": float(np.median(np.array(new) / cycles)),
             "best_cycles": best, "default_tiling": str(choice),
             "default_cycles": chosen.cycles if chosen is not None else None,
-            "default_over_best": chosen.cycles / best if chosen is not None else None}
+            "default_over_best": chosen.cycles / best if chosen is not None else None,
+            # where the best measured tiling is in the model's ranking of every legal one (1: its first choice)
+            "best_at_rank": ranked.index(best_knobs) + 1 if best_knobs in ranked else None,
+            "legal": len(ranked)}
     return rows
 
 
@@ -155,6 +160,7 @@ def summarize(rows: dict) -> dict:
         pooled = np.concatenate([r["ranks"][0] for r in rs]), np.concatenate([r["ranks"][1] for r in rs])
         pooled_old = np.concatenate([r["ranks"][2] for r in rs])
         ratios = [r["default_over_best"] for r in rs if r["default_over_best"] is not None]
+        at = [r["best_at_rank"] for r in rs if r["best_at_rank"] is not None]
         out[f"{kind} ({part})"] = {
             "layers": len(rs), "candidates": int(sum(r["candidates"] for r in rs)),
             "spearman_mean": float(np.mean(new)), "spearman_min": float(np.min(new)),
@@ -163,7 +169,8 @@ def summarize(rows: dict) -> dict:
             "before_pooled": float(np.corrcoef(pooled_old, pooled[1])[0, 1]),
             "default_over_best_mean": float(np.mean(ratios)) if ratios else None,
             "default_over_best_max": float(np.max(ratios)) if ratios else None,
-            "defaults_measured": f"{len(ratios)}/{len(rs)}"}
+            "defaults_measured": f"{len(ratios)}/{len(rs)}",
+            "best_in_model_top": {k: sum(1 for a in at if a <= k) for k in (1, 4, 16)}}
     return out
 
 
@@ -223,19 +230,20 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
             runner.close()
     print(f"logs: {', '.join(f.name for f in log_files())}")
     print(f"{'layer':24} {'kind':17} {'set':8} {'n':>3} {'Spearman':>8} {'before':>7} {'est/meas':>8} "
-          f"{'default/best':>12}  workload")
+          f"{'default/best':>12} {'best at':>10}  workload")
     for r in sorted(rows.values(), key=lambda r: (r["kind"], r["held_out"], r["layer"])):
         print(f"{r['layer']:24} {r['kind']:17} {'held out' if r['held_out'] else 'fit':8} {r['candidates']:>3} "
               f"{r['spearman']:>8.3f} {r['spearman_before']:>7.3f} {r['median_estimate_over_measured']:>8.3f} "
-              f"{_fmt(r['default_over_best']):>12}  {r['workload']}")
+              f"{_fmt(r['default_over_best']):>12} {_fmt(r['best_at_rank'], 'd'):>4}/{r['legal']:<5}  {r['workload']}")
     summary = summarize(rows)
     print(f"\n{'kind':30} {'layers':>6} {'cands':>5} {'mean':>6} {'min':>6} {'pooled':>6} | {'before: mean':>12} "
-          f"{'min':>6} {'pooled':>6} | {'default/best mean':>17} {'max':>6} {'measured':>8}")
+          f"{'min':>6} {'pooled':>6} | {'default/best mean':>17} {'max':>6} {'measured':>8} | best in top 1/4/16")
     for kind, s in summary.items():
         print(f"{kind:30} {s['layers']:>6} {s['candidates']:>5} {s['spearman_mean']:>6.3f} {s['spearman_min']:>6.3f} "
               f"{s['spearman_pooled']:>6.3f} | {s['before_mean']:>12.3f} {s['before_min']:>6.3f} "
               f"{s['before_pooled']:>6.3f} | {_fmt(s['default_over_best_mean']):>17} "
-              f"{_fmt(s['default_over_best_max']):>6} {s['defaults_measured']:>8}")
+              f"{_fmt(s['default_over_best_max']):>6} {s['defaults_measured']:>8} | "
+              f"{'/'.join(str(v) for v in s['best_in_model_top'].values())}")
     speed = {} if quick else model_speed(env)
     for name, sp in speed.items():
         print(f"ranking every legal tiling of {name} ({sp['candidates']} candidates): {sp['seconds']:.2f} s, with the "

@@ -3,9 +3,11 @@ every layer's candidates), the Spearman rank correlation between the model's est
 reaches a floor per layer kind, and the model's own choice (what a build uses without records) is measured
 there and is within a few percent of the best measured tiling.
 
-The floors sit below the worst layer of each kind today (conv2d 0.95, depthwise 0.995, group 0.96, transposed
-0.98, dense 0.99) with room for noise-free but not-modelled effects, and well above the model this one replaced
-(the estimates the ResNet-18 records were measured with rank them at -0.58 to 0.75: the negative control).
+The floor is the issue's goal, 0.9 for every kind: below the worst layer of each kind today (conv2d 0.97,
+depthwise 0.96, group 0.99, transposed 0.97, dense 0.99; the records are deterministic tsim runs, so the margin
+is for a model change, not for noise), and far above the model this one replaced (the estimates the ResNet-18
+records were measured with rank them at -0.58 to 0.75: the negative control). The default's factor 1.05 is above
+the worst layer today (DW8, 1.034).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import vta_compiler as vta
 from vta_compiler import autotune
 
 #: minimum Spearman correlation per layer, by the operator's label of the layer
-FLOORS = {"conv2d": 0.9, "depthwise_conv2d": 0.95, "group_conv2d": 0.9, "conv2d_transpose": 0.9, "dense": 0.9}
+FLOORS = {"conv2d": 0.9, "depthwise_conv2d": 0.9, "group_conv2d": 0.9, "conv2d_transpose": 0.9, "dense": 0.9}
 #: the untuned default may take this much longer than the best measured tiling
 DEFAULT_FACTOR = 1.05
 MIN_CANDIDATES = 8
@@ -64,7 +66,7 @@ def test_the_model_ranks_the_shipped_records_as_tsim_does():
         if rho < FLOORS[kind]:
             failing.append(f"{task.label} ({kind}): {rho:.3f} < {FLOORS[kind]}")
     assert not failing, "the cost model misranks: " + "; ".join(failing)
-    assert {"conv2d", "dense"} <= kinds
+    assert kinds == set(FLOORS)          # every kind has shipped records
     # negative control: the estimates the ResNet-18 records were measured with (the model before this one) fail
     old = [spearman([r.estimate for r in recs], [r.cycles for r in recs]) for task, recs in layers
            if task.name in {f"C{i}" for i in range(1, 12)} and all(r.estimate for r in recs)]
