@@ -4,8 +4,10 @@ convolution's Relax attributes.
 
 A tiling of any of the operators (conv2d, group/depthwise conv2d, conv2d_transpose, dense) reduces to a
 :class:`TileShape`: per tile (all its virtual threads together) the INP and WGT elements one input chunk
-loads, the GEMM uops of a chunk, the accumulators, the chunks of a tile and the number of tiles. The buffer
-check (``TileShape.needs``) and the cost model (:func:`estimate_cycles`) read nothing else.
+loads, the GEMM uops of a chunk, the accumulators, the chunks of a tile and the number of tiles, and the shape
+of the instruction stream the cost model replays (load instructions per thread, inputs private to a thread,
+padding, stores, runs of tiles). The buffer check (``TileShape.needs``) and the cost model
+(:func:`estimate_cycles`) read nothing else.
 """
 
 from __future__ import annotations
@@ -128,7 +130,9 @@ def _inside(tiles: int, first: int, step: int, window: int, size: int) -> float:
 #   the pipeline (the next loads wait for the stores): tiles overlap only within a run of the innermost loop;
 # * with ``wgt_at="co"`` each output-channel tile starts with its weight tile's load;
 # * fetch dispatches in program order into 16-deep command queues (``vta_hw.core``), so a tile with more than
-#   16 stores holds back the next tile's loads until all but 16 of its stores have started.
+#   16 stores, or more than 16 compute instructions between its last GEMM and the next tile's loads, holds
+#   those loads back until the queue has taken all but 16 of them;
+# * the first tile loads every uop kernel once (they then stay in the UOP buffer).
 #
 # Each module runs its instructions in order; an instruction takes a fixed overhead (its command handshake,
 # the DMA's first-beat latency or the GEMM/ALU pipeline fill) plus its beats or uops. Steps, tiles and runs
