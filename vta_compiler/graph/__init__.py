@@ -7,6 +7,7 @@ pmod = graph.graph_pack(qmod)                                  # VTA layers in p
 print(graph.placement(pmod))                                   # each op: VTA or CPU, and why
 ex = graph.build(pmod)
 vm = relax.VirtualMachine(ex, [tvm.cpu(), tvm.ext_dev(0)])
+prof = graph.profile(ex, x, device="tsim", placement=graph.placement(pmod))   # where the time goes
 ```
 """
 
@@ -17,8 +18,9 @@ from .frontend import from_onnx
 from .ir import GraphError
 from .match import patterns
 from .pack import graph_pack
+from .profiler import Profile, profile
 from .quantize import QuantizationError, layer_outputs, probe, quantize
 from .report import Placement, placement
 
-__all__ = ["GRAPH_PIPELINE", "GraphError", "Placement", "QuantizationError", "build", "from_onnx", "graph_pack",
-           "layer_outputs", "patterns", "placement", "probe", "quantize"]
+__all__ = ["GRAPH_PIPELINE", "GraphError", "Placement", "Profile", "QuantizationError", "build", "from_onnx",
+           "graph_pack", "layer_outputs", "patterns", "placement", "probe", "profile", "quantize"]
