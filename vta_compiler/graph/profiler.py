@@ -651,19 +651,22 @@ def plot_timeline(trace: dict, path, window_us: tuple[float, float] | None = Non
     fig, ax = plt.subplots(figsize=(12, 0.45 * len(tracks) + 1.2), dpi=110)
     row = {k: len(tracks) - 1 - i for i, k in enumerate(tracks)}
     labels = 0
+    boxes: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)   # one draw call per row and colour
     for e in xs:
         a, b = e["ts"], e["ts"] + e["dur"]
         if b < w0 or a > w1 or (e["pid"], e["tid"]) not in row:
             continue
         y = row[(e["pid"], e["tid"])]
-        nested = e["cat"] in ("active", "run", "wait")
-        h = 0.4 if nested else 0.8
-        ax.broken_barh([(a, max(b - a, (w1 - w0) * 1e-4))], (y - h / 2, h),
-                       facecolors=_CAT_COLORS.get(e["cat"], "#999"), edgecolor="none" if nested else "white",
-                       linewidth=0.2)
+        boxes[(y, e["cat"])].append((a, max(b - a, (w1 - w0) * 1e-4)))
         if e["cat"] == "layer" and labels < max_labels and (min(b, w1) - max(a, w0)) > (w1 - w0) * 0.04:
-            ax.text((max(a, w0) + min(b, w1)) / 2, y, e["name"], ha="center", va="center", fontsize=7, clip_on=True)
+            ax.text((max(a, w0) + min(b, w1)) / 2, y, e["name"], ha="center", va="center", fontsize=7, clip_on=True,
+                    zorder=4)
             labels += 1
+    for (y, cat), spans in boxes.items():
+        nested = cat in ("active", "run", "wait")       # drawn thinner, over their enclosing slices
+        h = 0.4 if nested else 0.8
+        ax.broken_barh(spans, (y - h / 2, h), facecolors=_CAT_COLORS.get(cat, "#999"),
+                       edgecolor="none" if nested else "white", linewidth=0.2, zorder=3 if nested else 2)
     ax.set_yticks([row[k] for k in tracks])
     ax.set_yticklabels([f"{procs.get(k[0], k[0]).split(' (')[0]}: {names[k]}" for k in tracks], fontsize=8)
     ax.set_xlim(w0, w1)
