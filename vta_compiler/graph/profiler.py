@@ -628,6 +628,9 @@ def plot_roofline(data: dict, path, title: str | None = None) -> Path:
 #: slice colours of the timeline picture, by category
 _CAT_COLORS = {"busy": "#4878cf", "stall": "#e8a33d", "active": "#1b3f8b", "layer": "#6aa86a", "run": "#a6d49f",
                "host op": "#8c8c8c", "vta call": "#c7c7c7", "wait": "#e5e5e5", "builtin": "#b59fd0"}
+_CAT_LABELS = {"busy": "instruction (busy)", "stall": "waiting (token / queue room)", "active": "GEMM/ALU active",
+               "layer": "layer", "run": "VTA run", "host op": "host operator", "vta call": "kernel call (host)",
+               "wait": "host waits for VTA", "builtin": "VM builtin"}
 
 
 def plot_timeline(trace: dict, path, window_us: tuple[float, float] | None = None, title: str | None = None,
@@ -651,32 +654,37 @@ def plot_timeline(trace: dict, path, window_us: tuple[float, float] | None = Non
     fig, ax = plt.subplots(figsize=(12, 0.45 * len(tracks) + 1.2), dpi=110)
     row = {k: len(tracks) - 1 - i for i, k in enumerate(tracks)}
     labels = 0
-    boxes: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)   # one draw call per row and colour
+    # one draw call per row, colour and width class (slices wider than 0.3% of the window get a white edge, so
+    # that neighbours stay apart; narrower ones would be all edge)
+    boxes: dict[tuple[int, str, bool], list[tuple[float, float]]] = defaultdict(list)
+    span = w1 - w0
+    used = set()
     for e in xs:
         a, b = e["ts"], e["ts"] + e["dur"]
         if b < w0 or a > w1 or (e["pid"], e["tid"]) not in row:
             continue
         y = row[(e["pid"], e["tid"])]
-        boxes[(y, e["cat"])].append((a, max(b - a, (w1 - w0) * 1e-4)))
-        if e["cat"] == "layer" and labels < max_labels and (min(b, w1) - max(a, w0)) > (w1 - w0) * 0.04:
+        boxes[(y, e["cat"], b - a > span * 3e-3)].append((a, max(b - a, span * 1e-4)))
+        used.add(e["cat"])
+        if e["cat"] == "layer" and labels < max_labels and (min(b, w1) - max(a, w0)) > span * 0.04:
             ax.text((max(a, w0) + min(b, w1)) / 2, y, e["name"], ha="center", va="center", fontsize=7, clip_on=True,
                     zorder=4)
             labels += 1
-    for (y, cat), spans in boxes.items():
+    for (y, cat, wide), spans in boxes.items():
         nested = cat in ("active", "run", "wait")       # drawn thinner, over their enclosing slices
         h = 0.4 if nested else 0.8
         ax.broken_barh(spans, (y - h / 2, h), facecolors=_CAT_COLORS.get(cat, "#999"),
-                       edgecolor="none" if nested else "white", linewidth=0.2, zorder=3 if nested else 2)
+                       edgecolor="white" if wide and not nested else "none", linewidth=0.4, zorder=3 if nested else 2)
     ax.set_yticks([row[k] for k in tracks])
-    ax.set_yticklabels([f"{procs.get(k[0], k[0]).split(' (')[0]}: {names[k]}" for k in tracks], fontsize=8)
+    ax.set_yticklabels([f"{procs.get(k[0], str(k[0])).split()[0]}: {names[k]}" for k in tracks], fontsize=8)
     ax.set_xlim(w0, w1)
     ax.set_ylim(-0.7, len(tracks) - 0.3)
     ax.set_xlabel("time (us): host code at its measured wall time, VTA at its cycles / clock")
     ax.set_title(title or f"{trace.get('otherData', {}).get('model', '')} timeline", fontsize=10)
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in _CAT_COLORS.items()], ncol=8, fontsize=7,
-              loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.3 / max(len(tracks), 1)), frameon=False)
     ax.grid(True, axis="x", lw=0.3, alpha=0.5)
-    fig.tight_layout()
+    legend = [Patch(color=c, label=_CAT_LABELS.get(k, k)) for k, c in _CAT_COLORS.items() if k in used]
+    fig.legend(handles=legend, ncol=len(legend), fontsize=7, loc="lower center", frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     path = Path(path)
     fig.savefig(path)
     plt.close(fig)
