@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -265,11 +266,11 @@ class Profile:
         path.write_text(json.dumps(self.to_dict(), indent=1) + "\n" if path.suffix == ".json" else self.table() + "\n")
         return path
 
-    def plot_roofline(self, path, title: str | None = None) -> Path:
+    def plot_roofline(self, path=None, title: str | None = None):
         return plot_roofline(self.to_dict(), path, title=title)
 
-    def plot_timeline(self, path, window_us: tuple[float, float] | None = None, title: str | None = None,
-                      layer: str | None = None) -> Path:
+    def plot_timeline(self, path=None, window_us: tuple[float, float] | None = None, title: str | None = None,
+                      layer: str | None = None):
         """The trace as a picture: all of it, ``window_us`` (start, end), or the span of ``layer``."""
         trace = self.trace()
         if layer is not None:
@@ -576,19 +577,17 @@ def _module_slices(body: list[dict], run, start_us: float, per_cycle: float, lay
 
 
 # ------------------------------------------------------------------------------------------------ pictures
-def plot_roofline(data: dict, path, title: str | None = None) -> Path:
+def plot_roofline(data: dict, path=None, title: str | None = None):
     """The layers of :meth:`Profile.to_dict` (MACs per DRAM byte, GMAC/s at the clock) under the roof: the
-    array's peak and the bus's bandwidth. fsim profiles are drawn hollow at their counters' bound."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    array's peak and the bus's bandwidth. fsim profiles are drawn hollow at their counters' bound. Writes a
+    PNG to ``path`` (returned), or returns the matplotlib figure without one."""
     clock = data["clock_mhz"]
     peak = data["peak_macs_per_cycle"] * clock / 1e3               # GMAC/s
     bw = data["bus_bytes_per_cycle"] * clock / 1e3                # GB/s
     pts = [r for r in data["layers"] if r["dram_bytes"] and r["macs"]]
     measured = data["device"] == "tsim"
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+    fig = _figure(path, figsize=(7.5, 4.8), dpi=110)
+    ax = fig.subplots()
     xs = np.array([r["intensity"] for r in pts]) if pts else np.array([1.0])
     lo, hi = min(xs.min() / 2, peak / bw / 8), max(xs.max() * 2, peak / bw * 8)
     grid = np.geomspace(lo, hi, 200)
@@ -607,10 +606,14 @@ def plot_roofline(data: dict, path, title: str | None = None) -> Path:
         y = [r["macs_per_cycle"] * clock / 1e3 for r in sel]
         ax.scatter(x, y, s=28, label=f"{bound} ({len(sel)})", edgecolors=colors[bound],
                    facecolors=colors[bound] if measured else "none", zorder=3)
-    heavy = sorted(pts, key=lambda r: -r["macs"])[:6]
-    for r in heavy:
-        ax.annotate(r["layer"], (r["intensity"], r["macs_per_cycle"] * clock / 1e3), fontsize=7,
-                    xytext=(4, -9), textcoords="offset points")
+    # one label per distinct point (identical layers share one): "conv2d_1 +3" for four of them
+    spots: dict[tuple[float, float], list[str]] = {}
+    for r in pts:
+        key = (round(math.log10(r["intensity"]), 2), round(math.log10(max(r["macs_per_cycle"], 1e-9)), 2))
+        spots.setdefault(key, []).append(r["layer"])
+    for (lx, ly), names in spots.items():
+        label = names[0] + (f" +{len(names) - 1}" if len(names) > 1 else "")
+        ax.annotate(label, (10 ** lx, 10 ** ly * clock / 1e3), fontsize=6.5, xytext=(4, -8), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (MACs per DRAM byte)")
@@ -619,9 +622,24 @@ def plot_roofline(data: dict, path, title: str | None = None) -> Path:
     ax.legend(title="bound by", fontsize=8, title_fontsize=8, loc="lower right")
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     fig.tight_layout()
+    return _save(fig, path)
+
+
+def _figure(path, **kw):
+    """A figure for a file (on no GUI backend, pyplot untouched) or, without a path, pyplot's (to be shown)."""
+    if path is None:
+        import matplotlib.pyplot as plt
+        return plt.figure(**kw)
+    from matplotlib.figure import Figure
+    return Figure(**kw)
+
+
+def _save(fig, path):
+    """Write the figure to ``path``; without a path, return it (a notebook or a gallery shows it)."""
+    if path is None:
+        return fig
     path = Path(path)
     fig.savefig(path)
-    plt.close(fig)
     return path
 
 
@@ -633,12 +651,10 @@ _CAT_LABELS = {"busy": "instruction (busy)", "stall": "waiting (token / queue ro
                "wait": "host waits for VTA", "builtin": "VM builtin"}
 
 
-def plot_timeline(trace: dict, path, window_us: tuple[float, float] | None = None, title: str | None = None,
-                  max_labels: int = 40) -> Path:
-    """A Perfetto-like picture of a trace: one row per track, slices as boxes (nested slices drawn thinner)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot_timeline(trace: dict, path=None, window_us: tuple[float, float] | None = None, title: str | None = None,
+                  max_labels: int = 40):
+    """A Perfetto-like picture of a trace: one row per track, slices as boxes (nested slices drawn thinner).
+    Writes a PNG to ``path`` (returned), or returns the matplotlib figure without one."""
     from matplotlib.patches import Patch
 
     evs = trace["traceEvents"]
@@ -651,7 +667,8 @@ def plot_timeline(trace: dict, path, window_us: tuple[float, float] | None = Non
     if window_us is None:
         window_us = (min((e["ts"] for e in xs), default=0.0), max((e["ts"] + e["dur"] for e in xs), default=1.0))
     w0, w1 = window_us
-    fig, ax = plt.subplots(figsize=(12, 0.45 * len(tracks) + 1.2), dpi=110)
+    fig = _figure(path, figsize=(12, 0.45 * len(tracks) + 1.2), dpi=110)
+    ax = fig.subplots()
     row = {k: len(tracks) - 1 - i for i, k in enumerate(tracks)}
     labels = 0
     # one draw call per row, colour and width class (slices wider than 0.3% of the window get a white edge, so
@@ -685,7 +702,4 @@ def plot_timeline(trace: dict, path, window_us: tuple[float, float] | None = Non
     legend = [Patch(color=c, label=_CAT_LABELS.get(k, k)) for k, c in _CAT_COLORS.items() if k in used]
     fig.legend(handles=legend, ncol=len(legend), fontsize=7, loc="lower center", frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
