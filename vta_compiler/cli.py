@@ -358,7 +358,8 @@ def cmd_profile(args) -> int:
         lib = steps.run(f"loading {Path(args.model).name}", tvm.runtime.load_module, str(Path(tmp) / LIBRARY))
         what = "tsim with the profiler (every module's timeline)" if args.device == "tsim" else "fsim (counters)"
         prof = steps.run(f"running on {what}", graph.profile, lib, inputs, args.device, env=env,
-                         placement=meta["placement"]["rows"], clock_mhz=args.clock_mhz, warmup=args.warmup)
+                         placement=meta["placement"]["rows"], clock_mhz=args.clock_mhz, warmup=args.warmup,
+                         repeat=args.repeat)
     wrote = []
     if steps.total > 2:
         def write():
@@ -469,6 +470,8 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--clock-mhz", type=float, help="the board's clock (default: the configuration's)")
     f.add_argument("--warmup", type=int, default=0, help="inferences run before the profiled one (default 0: the "
                    "first inference, one-time costs included)")
+    f.add_argument("--repeat", type=int, default=1, help="inferences measured; the one with the least host time is "
+                   "shown (default 1)")
     f.set_defaults(fn=cmd_profile)
     t = sub.add_parser("tune", help="tune the VTA layers of an ONNX model on tsim or boards")
     _model_args(t)

@@ -1,12 +1,12 @@
 """``graph.profile`` (in ``graph.profiler``): where the time of one inference goes, layer by layer, cycle by cycle.
 
-```python
-prof = graph.profile(ex, x, device="tsim", placement=graph.placement(pmod))
-print(prof.table())                      # per layer: cycles, MACs/cycle against peak, DRAM bytes, MB/s, bound
-prof.write_trace("trace.json")           # Chrome / Perfetto trace (ui.perfetto.dev, chrome://tracing)
-prof.plot_roofline("roofline.png")       # the layers against the board's peak and bandwidth
-prof.plot_timeline("timeline.png")       # the trace as a picture
-```
+::
+
+    prof = graph.profile(ex, x, device="tsim", placement=graph.placement(pmod))
+    print(prof.table())                      # per layer: cycles, MACs/cycle against peak, DRAM bytes, MB/s, bound
+    prof.write_trace("trace.json")           # Chrome / Perfetto trace (ui.perfetto.dev, chrome://tracing)
+    prof.plot_roofline("roofline.png")       # the layers against the board's peak and bandwidth
+    prof.plot_timeline("timeline.png")       # the trace as a picture
 
 On ``device="tsim"`` the run uses tsim's profile build (``TsimDevice(profile=True)``): every instruction's
 start, wait and end cycles in every module, from the hardware's own signals. The trace has one track per
@@ -163,7 +163,7 @@ class Profile:
     trace_events: list[dict] | None = None
     total_us: float = 0.0          # the inference on the trace's time line (host wall time + VTA at the clock)
     wall_seconds: float = 0.0      # how long the profiled run took here (simulation included)
-    warmup: int = 0                # inferences run before the profiled one
+    warmup: int = 0                # inferences run before the profiled one (warm-up and other repeats)
 
     # -- figures
     @property
@@ -284,11 +284,13 @@ class Profile:
 
 # ------------------------------------------------------------------------------------------------ profile
 def profile(ex, inputs, device: str = "tsim", *, env=None, placement=None, clock_mhz: float | None = None,
-            warmup: int = 0, progress=None) -> Profile:
+            warmup: int = 0, repeat: int = 1, progress=None) -> Profile:
     """Run one inference of the executable ``ex`` (``graph.build``'s result, or a module loaded from its
     exported library) on ``inputs`` (an array, or one per model input) on ``device`` ("tsim" or "fsim") and
     measure it. ``placement``: ``graph.placement(pmod)`` (or its rows) to name the layers; ``clock_mhz``:
-    the board's clock (default: the configuration's); ``warmup``: inferences run first and not measured."""
+    the board's clock (default: the configuration's); ``warmup``: inferences run first and not measured;
+    ``repeat``: inferences measured, of which the profile keeps the one with the least host time (the least
+    disturbed by other work on this machine; VTA's cycles are the same in each)."""
     import tvm
     from tvm import relax
 
@@ -299,6 +301,8 @@ def profile(ex, inputs, device: str = "tsim", *, env=None, placement=None, clock
     if device not in ("tsim", "fsim"):
         raise ProfileUsageError(f"graph.profile: device {device!r}; choose tsim (the timeline and cycles) or fsim "
                                 "(counters only)")
+    if warmup < 0 or repeat < 1:
+        raise ProfileUsageError(f"graph.profile: warmup={warmup}, repeat={repeat}; need warmup >= 0 and repeat >= 1")
     env = env or get_env()
     cfg = load_config(dict(env.config.cfg_dict, TARGET="tsim" if device == "tsim" else "sim"))
     rows = placement.rows if hasattr(placement, "rows") else list(placement or [])
@@ -316,27 +320,34 @@ def profile(ex, inputs, device: str = "tsim", *, env=None, placement=None, clock
         args = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in arrays]
         for _ in range(warmup):
             vm["main"](*args)
-        log.runs.clear()
-        if device == "tsim":
-            dev.clear_profile()
         vm.set_instrument(calls)
-        collecting = gc.isenabled()
-        gc.disable()              # a collection inside a timed call would be charged to it (as timeit does)
-        try:
-            t0 = time.perf_counter()
-            res = vm["main"](*args)
-            wall = time.perf_counter() - t0
-        finally:
-            if collecting:
-                gc.enable()
-        outputs = [res.numpy()] if hasattr(res, "numpy") else [r.numpy() for r in res]
-        profiled = dev.profiled_runs() if device == "tsim" else None
+        best = None
+        for k in range(repeat):
+            calls.calls = []
+            log.runs.clear()
+            if device == "tsim":
+                dev.clear_profile()
+            collecting = gc.isenabled()
+            gc.disable()              # a collection inside a timed call would be charged to it (as timeit does)
+            try:
+                t0 = time.perf_counter()
+                res = vm["main"](*args)
+                wall = time.perf_counter() - t0
+            finally:
+                if collecting:
+                    gc.enable()
+            host = wall - sum(r["t1"] - r["t0"] for r in log.runs)
+            if best is None or host < best[0]:
+                outputs = [res.numpy()] if hasattr(res, "numpy") else [r.numpy() for r in res]
+                profiled = dev.profiled_runs() if device == "tsim" else None
+                best = (host, calls.calls, list(log.runs), profiled, outputs, wall, warmup + k)
     finally:
         vta_runtime.set_command_queue(None)
         if hasattr(dev, "close"):
             dev.close()
-    return _assemble(device, cfg, rows, calls.calls, log.runs, profiled, outputs, wall,
-                     clock_mhz or float(cfg.fpga_freq), warmup)
+    _, calls_made, runs, profiled, outputs, wall, before = best
+    return _assemble(device, cfg, rows, calls_made, runs, profiled, outputs, wall,
+                     clock_mhz or float(cfg.fpga_freq), before)
 
 
 def _layer_names(rows: list[dict]) -> dict[str, list[dict]]:
