@@ -25,9 +25,10 @@ with the cycles a lower bound (the busiest of GEMM at one uop a cycle, ALU at on
 traffic at one bus beat a cycle), and no timeline.
 
 What bounds a layer: ``host`` when the runtime's host work inside its kernel call takes longer than VTA;
-else the unit busy for the largest share of the layer's cycles (``GEMM``: the array active, ``ALU``,
-``load``: the load module or compute's UOP/ACC loads, ``store``), or ``dependency wait`` when no unit is
-busy for half of the cycles (the units mostly wait for each other's tokens).
+else the module busy for the largest share of the layer's cycles: compute (GEMM and ALU take turns in it,
+so the bound is the one of the two with more cycles: ``GEMM``, the array active, or ``ALU``), ``load`` (the
+load module or compute's UOP/ACC loads) or ``store``; or ``dependency wait`` when no module is busy for half
+of the cycles (the modules mostly wait for each other's tokens).
 """
 
 from __future__ import annotations
@@ -387,8 +388,14 @@ def layer_bound(ly: LayerProfile, clock_mhz: float, bus_bytes: int) -> str:
     if ly.cycles is not None:
         if host_cycles > ly.cycles:
             return "host"
-        unit, busy = max(ly.busy.items(), key=lambda kv: kv[1])
-        return unit if ly.cycles and busy >= BUSY_SHARE_BOUND * ly.cycles else "dependency wait"
+        b = ly.busy
+        # GEMM and ALU are the compute module's two engines: they take turns, so their cycles add up
+        compute = b.get("GEMM", 0) + b.get("ALU", 0)
+        unit, busy = max((("compute", compute), ("load", b.get("load", 0)), ("store", b.get("store", 0))),
+                         key=lambda kv: kv[1])
+        if not ly.cycles or busy < BUSY_SHARE_BOUND * ly.cycles:
+            return "dependency wait"
+        return ("GEMM" if b.get("GEMM", 0) >= b.get("ALU", 0) else "ALU") if unit == "compute" else unit
     if host_cycles > ly.bound_cycles:
         return "host"
     return max(_lower_bounds(ly.counters, ly.insns, bus_bytes).items(), key=lambda kv: kv[1])[0]
