@@ -244,7 +244,7 @@ def _layer(cycles, **kw):
 def test_what_bounds_a_layer():
     busy = {"GEMM": 800, "ALU": 100, "load": 300, "store": 50}
     assert layer_bound(_layer(1000, busy=busy), 100, 8) == "GEMM"
-    assert layer_bound(_layer(1000, busy=dict(busy, load=900)), 100, 8) == "load"
+    assert layer_bound(_layer(1000, busy=dict(busy, load=950)), 100, 8) == "load"     # GEMM + ALU: 900
     # GEMM and ALU take turns in the compute module: together busy most of the time, the larger one bounds
     assert layer_bound(_layer(1000, busy={"GEMM": 300, "ALU": 400, "load": 450, "store": 100}), 100, 8) == "ALU"
     assert layer_bound(_layer(1000, busy={"GEMM": 200, "ALU": 200, "load": 450, "store": 100}), 100, 8) == \
