@@ -205,6 +205,10 @@ def test_the_time_line_is_host_wall_time_plus_vta_cycles_at_the_clock(digits):
     for span, ly in zip(spans, prof.layers):
         assert span["dur"] == pytest.approx(ly.host_seconds * 1e6 + ly.cycles / prof.clock_mhz, abs=0.01)
     assert prof.total_us >= sum(s["dur"] for s in spans)
+    # the time line adds up: host operators, builtins, kernel calls (host work + VTA) and the gaps between calls
+    host = sum(h.seconds for h in prof.host_ops + prof.builtins) + sum(ly.host_seconds for ly in prof.layers)
+    vta_us = sum(ly.cycles for ly in prof.layers) / prof.clock_mhz
+    assert prof.total_us == pytest.approx((host + prof.between_calls_seconds) * 1e6 + vta_us, abs=0.05)
 
 
 def test_the_table_on_tsim_and_fsim(digits):

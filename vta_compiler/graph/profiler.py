@@ -165,6 +165,7 @@ class Profile:
     total_us: float = 0.0          # the inference on the trace's time line (host wall time + VTA at the clock)
     wall_seconds: float = 0.0      # how long the profiled run took here (simulation included)
     warmup: int = 0                # inferences run before the profiled one (warm-up and other repeats)
+    between_calls_seconds: float = 0.0   # host time between the VM's calls (its own work, the instrument's)
 
     # -- figures
     @property
@@ -230,7 +231,8 @@ class Profile:
         builtin_ms = sum(h.seconds for h in self.builtins) * 1e3
         text.append(f"host operators: {self.host_seconds() * 1e3:.2f} ms in {sum(h.calls for h in hs)} calls"
                     + (f" ({top})" if top else "") + f"; VTA runtime inside the kernel calls: {runtime_ms:.2f} ms; "
-                    f"VM builtins: {builtin_ms:.2f} ms")
+                    f"VM builtins: {builtin_ms:.2f} ms; between the VM's calls: "
+                    f"{self.between_calls_seconds * 1e3:.2f} ms")
         if self.total_us:
             text.append(f"inference on the trace's time line: {self.total_us / 1e3:.3f} ms (host measured on this "
                         f"machine, VTA at {self.clock_mhz:g} MHz)")
@@ -463,8 +465,9 @@ def _assemble(device, cfg, rows, calls, runs, profiled, outputs, wall, clock_mhz
         ly.macs = useful[0] if useful else ly.issued_macs
         ly.bound_cycles = max(_lower_bounds(ly.counters, ly.insns, bus).values())
         ly.bound = layer_bound(ly, clock_mhz, bus)
+    between = (calls[-1]["t1"] - calls[0]["t0"]) - sum(c["t1"] - c["t0"] for c in calls) if calls else 0.0
     prof = Profile(device, cfg.MODEL, clock_mhz, peak, bus, list(layers.values()), list(host.values()),
-                   list(builtins.values()), outputs, wall_seconds=wall, warmup=warmup)
+                   list(builtins.values()), outputs, wall_seconds=wall, warmup=warmup, between_calls_seconds=between)
     if device == "tsim":
         prof.trace_events, prof.total_us = _trace(cfg, calls, runs, profiled, call_layer, clock_mhz, prof)
     return prof
