@@ -1,8 +1,8 @@
 """The ResNet-18 figures of the profiling guide (``docs/guide/profiling.md``), measured once and kept small.
 
 ``python docs/profiling_figures.py`` builds ResNet-18 (224x224, batch 1, the default configuration, the
-shipped tilings), profiles it on tsim's profile build (a warm-up inference, then the less disturbed of two: a
-few minutes, tsim runs the network three times), and writes into ``docs/_static/profiling/``: the table
+shipped tilings), profiles it on tsim's profile build (a warm-up inference, then the least disturbed of three: a
+few minutes, tsim runs the network four times), and writes into ``docs/_static/profiling/``: the table
 (``resnet18_table.txt``), its figures (``resnet18_profile.json``: the layers and host operators, no
 timeline), the whole inference as a timeline picture, one layer's first microseconds with every module's
 instructions, and the roofline. The docs build only shows these files; run this again after a change that
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"built in {time.perf_counter() - t0:.0f} s", flush=True)
     t0 = time.perf_counter()
     prof = graph.profile(ex, imagenet_like(1, args.image, seed=13), "tsim", placement=graph.placement(pmod),
-                         warmup=1, repeat=2)
+                         warmup=1, repeat=3)
     print(f"profiled in {time.perf_counter() - t0:.0f} s", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     table = prof.table()
