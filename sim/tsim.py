@@ -41,7 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from vta_hw.cache import cache_dir, locked, temp_path
+from vta_hw.cache import cache_dir
+from vta_hw.files import locked, temp_path
 from vta_hw.lint import WAIVERS, verilator_path
 from vta_hw.spec import Config, load_config
 from vta_hw.spec.regmap import DmaClient
@@ -183,6 +184,7 @@ def build_library(verilog: Path, beat_bytes: int, *, trace: bool = False, profil
     with locked(out):                 # one builder at a time; the others then find its library
         if lib.exists():
             return lib
+        out.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         variant = ("with FST trace " if trace else "") + ("with the profiler " if profile else "")
         progress(f"[tsim] building {what or verilog.name} {variant}in {out}")

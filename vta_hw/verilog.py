@@ -16,7 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from vta_hw.cache import atomic_write, cache_dir, locked
+from vta_hw.cache import cache_dir
+from vta_hw.files import locked, write_atomic
 from vta_hw.spec import Config, load_config
 
 TOP_NAME = "vta_core"
@@ -67,6 +68,7 @@ def generate(config=None, *, force: bool = False, quiet: bool = True) -> Path:
     with locked(out_dir):             # one writer at a time; the others then find its result
         if not force and fresh():
             return out
+        out_dir.mkdir(parents=True, exist_ok=True)
         from amaranth.back import verilog
 
         from .core import VtaCore
@@ -74,9 +76,9 @@ def generate(config=None, *, force: bool = False, quiet: bool = True) -> Path:
         if not quiet:
             print(f"[vta_hw] generating Verilog for {cfg.MODEL} (AXI {cfg.AXI_DATA_BITS}-bit) ...", flush=True)
         text = strip_zero_init(verilog.convert(VtaCore(cfg), name=TOP_NAME, emit_src=False))
-        atomic_write(out, text)           # the Verilog first: a stamp never vouches for an older file
-        atomic_write(stamp, sh)
-        atomic_write(out_dir / "config.json", cfg.to_json())
+        write_atomic(out, text)           # the Verilog first: a stamp never vouches for an older file
+        write_atomic(stamp, sh)
+        write_atomic(out_dir / "config.json", cfg.to_json())
     if not quiet:
         print(f"[vta_hw] {out} ({len(text.splitlines())} lines, {time.perf_counter() - t0:.1f} s)", flush=True)
     return out

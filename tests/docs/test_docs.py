@@ -21,7 +21,7 @@ def _load_build_module():
 
 
 docs_build = _load_build_module()
-pytest.importorskip("sphinx_gallery", reason="the docs extra is not installed (pip install -e .[docs])")
+pytest.importorskip("sphinx_gallery", reason="the test extra is not installed (pip install -e .[test])")
 
 
 @pytest.fixture(scope="module")
