@@ -19,7 +19,8 @@ and interleaved across IDs, W beats taken before their AW.
 
 ``TsimDevice`` implements the ``Device`` protocol of fsim; ``stats()`` adds ``cycle_count`` and
 the performance counters of the register map. ``waveform="x.fst"`` dumps an FST trace (a
-separate, slower build).
+separate, slower build). ``profile=True`` records every module's timeline (another separate build,
+see ``sim.tsim_profile``): ``profiled_runs()`` gives each run's instruction intervals.
 """
 
 from __future__ import annotations
@@ -50,9 +51,12 @@ from vta_runtime.errors import DeviceError
 from vta_runtime.mmio import RegisterDevice
 
 from .memory import DEFAULT_DRAM_BYTES, SimulatedDram, SimulatedMemoryDevice
+from .tsim_profile import EVENT_DTYPE, ProfiledRun, ProfileError, decode_run, split_runs
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "tsim_harness.cpp"
+#: Verilator configuration of the profile build: the internal signals its harness reads
+PROFILE_VLT = HERE / "tsim_profile.vlt"
 
 
 def build_root() -> Path:
@@ -96,8 +100,10 @@ class BusProtocolError(DeviceError):
                          + "\n  ".join(violations) + more)
 
 
-def _build_key(verilog: Path, beat_bytes: int, trace: bool, flags: list[str]) -> str:
+def _build_key(verilog: Path, beat_bytes: int, trace: bool, flags: list[str], profile: bool = False) -> str:
     h = hashlib.sha256()
+    if profile:
+        h.update(b"profile" + PROFILE_VLT.read_bytes())
     if "-march=native" in CXX_FLAGS:
         h.update(cpu_flags().encode())
     h.update(str(beat_bytes).encode())
@@ -128,26 +134,27 @@ def _run_with_progress(cmd: list[str], what: str, log: Path, progress) -> None:
         raise DeviceError(f"tsim build failed during {what} (log: {log}):\n{tail}")
 
 
-_BUILT: dict[tuple[str, bool], Path] = {}
+_BUILT: dict[tuple[str, bool, bool], Path] = {}
 
 
-def build(config=None, *, trace: bool = False, progress=None) -> Path:
-    """Build (or reuse) the tsim shared library for ``config``; returns its path.
-    (Remembered for the life of the process: edit the hardware, restart Python.)"""
+def build(config=None, *, trace: bool = False, profile: bool = False, progress=None) -> Path:
+    """Build (or reuse) the tsim shared library for ``config``; returns its path. ``trace``: the
+    FST-waveform build; ``profile``: the build that records the modules' timeline (both separate,
+    slower builds). (Remembered for the life of the process: edit the hardware, restart Python.)"""
     from vta_hw.verilog import generate
 
     cfg = load_config(config)
-    memo = (cfg.hash(hardware_only=True), trace)
+    memo = (cfg.hash(hardware_only=True), trace, profile)
     if memo in _BUILT and _BUILT[memo].exists():
         return _BUILT[memo]
-    lib = _build(cfg, trace, progress, generate)
+    lib = _build(cfg, trace, progress, generate, profile)
     _BUILT[memo] = lib
     return lib
 
 
-def _build(cfg, trace, progress, generate) -> Path:
+def _build(cfg, trace, progress, generate, profile=False) -> Path:
     verilog = generate(cfg, quiet=False)
-    return build_library(verilog, cfg.AXI_DATA_BYTES, trace=trace, progress=progress,
+    return build_library(verilog, cfg.AXI_DATA_BYTES, trace=trace, profile=profile, progress=progress,
                          what=f"{cfg.MODEL} (AXI {cfg.AXI_DATA_BITS}-bit)")
 
 
@@ -157,16 +164,19 @@ VERILATOR_FLAGS = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wall", 
 CXX_FLAGS = ["-O3", *native_arch()]
 
 
-def build_library(verilog: Path, beat_bytes: int, *, trace: bool = False, progress=None, what: str = "",
-                  top: str = "vta_core") -> Path:
+def build_library(verilog: Path, beat_bytes: int, *, trace: bool = False, profile: bool = False, progress=None,
+                  what: str = "", top: str = "vta_core") -> Path:
     """Verilate ``verilog`` (top module ``top``, with the ports of ``vta_core``) and link it with
-    the harness into a shared library under ``build/tsim/<hash>/``; returns its path."""
+    the harness into a shared library under ``build/tsim/<hash>/``; returns its path. ``profile``
+    needs the core's register-file signals (``tsim_profile.vlt``), so only ``vta_core`` has it."""
     if progress is None:
         def progress(msg):
             print(msg, file=sys.stderr, flush=True)
     vl = _verilator()
     flags = VERILATOR_FLAGS + ["--top-module", top]
-    key = _build_key(verilog, beat_bytes, trace, flags)
+    if profile:
+        flags = flags + [str(PROFILE_VLT)]
+    key = _build_key(verilog, beat_bytes, trace, flags, profile)
     out = build_root() / key
     lib = out / "libvta_tsim.so"
     if lib.exists():
@@ -174,8 +184,10 @@ def build_library(verilog: Path, beat_bytes: int, *, trace: bool = False, progre
     with locked(out):                 # one builder at a time; the others then find its library
         if lib.exists():
             return lib
+        out.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        progress(f"[tsim] building {what or verilog.name} {'with FST trace ' if trace else ''}in {out}")
+        variant = ("with FST trace " if trace else "") + ("with the profiler " if profile else "")
+        progress(f"[tsim] building {what or verilog.name} {variant}in {out}")
         log = out / "build.log"
         log.write_text("")
         obj = out / "obj"
@@ -195,6 +207,7 @@ def build_library(verilog: Path, beat_bytes: int, *, trace: bool = False, progre
         # -isystem: -Wall -Werror for the harness, not for Verilator's headers
         link = ["g++", "-shared", "-fPIC", "-std=c++17", *CXX_FLAGS, "-Wall", "-Werror",
                 f"-DAXI_BEAT_BYTES={beat_bytes}", f"-DVM_TRACE_FST={1 if trace else 0}",
+                f"-DVTA_PROFILE={1 if profile else 0}",
                 "-isystem", str(obj), "-isystem", f"{root}/include", "-isystem", f"{root}/include/vltstd",
                 str(HARNESS), str(obj / "Vtop__ALL.a"), str(obj / "libverilated.a"), "-pthread", "-lz",
                 "-o", str(tmp)]
@@ -328,7 +341,12 @@ def _load(lib_path: Path) -> ctypes.CDLL:
             "tsim_bus_pending": ([vp], u64),
             "tsim_violation_count": ([vp], u64),
             "tsim_violation_message": ([vp, i32, ctypes.c_char_p, i32], i32),
+            "tsim_profile_enabled": ([], i32),
+            "tsim_profile_event_size": ([], i32),
+            "tsim_profile_drain": ([vp, vp, u64, ctypes.POINTER(u64)], u64),
         })
+        if lib.tsim_profile_event_size() != EVENT_DTYPE.itemsize:
+            raise DeviceError("tsim: ProfileEvent differs between the harness and sim/tsim_profile.py; rebuild")
         if lib.tsim_bus_params_size() != ctypes.sizeof(_BusParams):
             raise DeviceError("tsim: BusParams differs between the harness and sim/tsim.py; rebuild")
         _LIBS[lib_path] = lib
@@ -455,6 +473,19 @@ class Harness:
         self.check()
         return n
 
+    def drain_profile(self) -> np.ndarray:
+        """The profile events recorded since the last drain (empty unless this is the profile build)."""
+        out, dropped = [], ctypes.c_uint64()
+        while True:
+            buf = np.empty(1 << 16, EVENT_DTYPE)
+            n = int(self.lib.tsim_profile_drain(self.live(), buf.ctypes.data, len(buf), ctypes.byref(dropped)))
+            out.append(buf[:n])
+            if n < len(buf):
+                break
+        if dropped.value:
+            raise ProfileError(f"tsim profile: {dropped.value} events were lost (more than 2**24 undrained)")
+        return np.concatenate(out)
+
     def close(self) -> None:
         h, self._h = getattr(self, "_h", None), None
         if h is not None and h.value:
@@ -465,12 +496,13 @@ class TsimDevice(SimulatedMemoryDevice, RegisterDevice):
     """The Verilated VTA core as a ``Device``; the run sequence is ``vta_runtime.mmio.RegisterDevice``.
 
     ``bus`` is the memory port's slave (:class:`BusModel`); ``read_latency``, ``write_latency``,
-    ``backpressure`` (stall percent on every channel) and ``seed`` are shortcuts for one."""
+    ``backpressure`` (stall percent on every channel) and ``seed`` are shortcuts for one.
+    ``profile=True``: the profile build, which records each run's timeline (:meth:`profiled_runs`)."""
 
     def __init__(self, config: Config | dict[str, Any] | str | None = None, *, dram_bytes: int = DEFAULT_DRAM_BYTES,
                  waveform: str | os.PathLike[str] | None = None, bus: BusModel | None = None,
                  read_latency: int | tuple[int, int] | None = None, write_latency: int | tuple[int, int] | None = None,
-                 backpressure: int | None = None, seed: int | None = None, progress=None):
+                 backpressure: int | None = None, seed: int | None = None, profile: bool = False, progress=None):
         cfg = load_config(config)
         if bus is None:
             shortcuts = {"read_latency": read_latency, "write_latency": write_latency, "stall": backpressure,
@@ -481,7 +513,10 @@ class TsimDevice(SimulatedMemoryDevice, RegisterDevice):
                              "shortcuts, not both")
         self.dram = SimulatedDram(dram_bytes)
         self.waveform = str(waveform) if waveform else None
-        self._harness = Harness(build(cfg, trace=self.waveform is not None, progress=progress), self.dram.data,
+        self.profile = bool(profile)
+        self._profile_raw: list[tuple[np.ndarray, list[np.ndarray]]] = []   # (stream, its events) per run
+        self._harness = Harness(build(cfg, trace=self.waveform is not None, profile=self.profile, progress=progress),
+                                self.dram.data,
                                 beat_bytes=cfg.AXI_DATA_BYTES, max_burst_beats=cfg.AXI_MAX_BURST_BEATS,
                                 read_ids=[c for c in DmaClient if c != DmaClient.OUT], write_id=DmaClient.OUT,
                                 bus=bus, waveform=self.waveform)
@@ -505,6 +540,8 @@ class TsimDevice(SimulatedMemoryDevice, RegisterDevice):
 
     def _advance(self) -> None:
         self._harness.run(RUN_CHUNK)
+        if self.profile and self._profile_raw:
+            self._profile_raw[-1][1].append(self._harness.drain_profile())
 
     # ------------------------------------------------------------------ Device protocol
     def cycles(self) -> int:
@@ -517,7 +554,11 @@ class TsimDevice(SimulatedMemoryDevice, RegisterDevice):
     # ------------------------------------------------------------------ RegisterDevice hooks
     def _instruction_words(self, insn_phys: int, insn_count: int) -> np.ndarray:
         self.dram.check(insn_phys, insn_count * 16, f"the instruction fetch of {insn_count} instructions")
-        return self.dram.data[insn_phys:insn_phys + insn_count * 16].view("<u8").reshape(-1, 2).copy()
+        words = self.dram.data[insn_phys:insn_phys + insn_count * 16].view("<u8").reshape(-1, 2).copy()
+        if self.profile:
+            self._harness.drain_profile()          # what happened between runs is no run's
+            self._profile_raw.append((words, []))
+        return words
 
     def _before_run(self) -> None:
         # the simulated interconnect answers SLVERR outside every allocation
@@ -529,6 +570,29 @@ class TsimDevice(SimulatedMemoryDevice, RegisterDevice):
     def _after_run(self) -> None:
         if self.waveform:
             self.lib.tsim_flush_trace(self._live())
+        if self.profile and self._profile_raw:
+            self._profile_raw[-1][1].append(self._harness.drain_profile())
+
+    # ------------------------------------------------------------------ profile
+    def profiled_runs(self, clear: bool = False) -> list[ProfiledRun]:
+        """Every run since the device was opened (or last cleared), decoded into instruction intervals
+        (:class:`sim.tsim_profile.ProfiledRun`). Needs ``TsimDevice(profile=True)``."""
+        if not self.profile:
+            raise DeviceError("profiled_runs() needs the profile build: TsimDevice(profile=True)")
+        out = []
+        for words, chunks in self._profile_raw:
+            events = np.concatenate(chunks) if chunks else np.empty(0, EVENT_DTYPE)
+            windows = split_runs(events)
+            if len(windows) != 1:
+                raise ProfileError(f"tsim profile: a run of {len(words)} instructions shows {len(windows)} "
+                                   "BUSY stretches")
+            out.append(decode_run(self.isa, words, events, *windows[0]))
+        if clear:
+            self.clear_profile()
+        return out
+
+    def clear_profile(self) -> None:
+        self._profile_raw.clear()
 
     def _memory_for_diagnosis(self):
         return self.dram

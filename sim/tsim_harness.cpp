@@ -14,6 +14,11 @@
 //   runs per cycle.
 // The checker is also exported on its own (axi_checker_*) so that tests can feed it hand-made
 // cycles and see every rule fire. Loaded by sim/tsim.py with ctypes.
+// * The profile build (-DVTA_PROFILE=1, Verilated with tsim_profile.vlt so that a few of the core's
+//   internal signals stay readable) records an event whenever a module's state changes: fetch,
+//   load, compute and store (busy / waiting for a token, and the retired or dispatched index),
+//   GEMM and ALU activity, and the run itself. Python drains them with tsim_profile_drain(); the
+//   normal build has none of this code.
 
 #include <algorithm>
 #include <cstdint>
@@ -28,6 +33,9 @@
 #include "verilated.h"
 #if VM_TRACE_FST
 #include "verilated_fst_c.h"
+#endif
+#if VTA_PROFILE
+#include "Vtop___024root.h"
 #endif
 double sc_time_stamp() { return 0; }
 #endif
@@ -305,6 +313,19 @@ struct BusParams {
     uint64_t seed;
 };
 
+// One profile event: from `cycle` on, `track` is in `state` with `value` (see sim/tsim_profile.py).
+struct ProfileEvent {
+    uint64_t cycle;
+    uint32_t value;
+    uint16_t track;
+    uint16_t state;
+};
+// tracks: the run (state 1 while the core is BUSY), fetch (state: busy | waiting << 1, value: instructions
+// dispatched), load/compute/store (state: busy | waiting << 1, value: index of the last retired + 1), GEMM
+// and ALU (state 1 while active)
+enum Track { T_RUN, T_FETCH, T_LOAD, T_COMPUTE, T_STORE, T_GEMM, T_ALU, NTRACK };
+constexpr size_t PROFILE_MAX_EVENTS = size_t(1) << 24;   // undrained events beyond this are counted, not kept
+
 struct Sim {
     VerilatedContext* ctx = nullptr;
     Vtop* top = nullptr;
@@ -328,6 +349,30 @@ struct Sim {
     // slave outputs decided for the coming cycle
     bool ready[NCHAN] = {};
     int r_sel = -1;                      // the read burst whose beat is shown on R (kept until taken)
+#if VTA_PROFILE
+    std::vector<ProfileEvent> events;
+    uint64_t events_dropped = 0;
+    uint32_t track_state[NTRACK] = {}, track_value[NTRACK] = {};
+
+    void note(int track, uint32_t state, uint32_t value) {
+        if (state == track_state[track] && value == track_value[track]) return;
+        track_state[track] = state;
+        track_value[track] = value;
+        if (events.size() < PROFILE_MAX_EVENTS) events.push_back({cycle, value, (uint16_t)track, (uint16_t)state});
+        else events_dropped++;
+    }
+    // The state during this cycle (after the combinational settle, before the rising edge).
+    void sample() {
+        const Vtop___024root* r = top->rootp;
+        note(T_RUN, r->vta_core__DOT__rd_control & 1, 0);
+        note(T_FETCH, r->vta_core__DOT__rd_state_fetch & 3, r->vta_core__DOT__rd_insn_dispatched);
+        note(T_LOAD, r->vta_core__DOT__rd_state_load & 3, r->vta_core__DOT__rd_retired_load);
+        note(T_COMPUTE, r->vta_core__DOT__rd_state_compute & 3, r->vta_core__DOT__rd_retired_compute);
+        note(T_STORE, r->vta_core__DOT__rd_state_store & 3, r->vta_core__DOT__rd_retired_store);
+        note(T_GEMM, r->vta_core__DOT__gemm_active, 0);
+        note(T_ALU, r->vta_core__DOT__alu_active, 0);
+    }
+#endif
 
     uint64_t next() {
         rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
@@ -413,6 +458,9 @@ void cycle(Sim* s) {
         t->m_axi_bresp = s->bq.front().error ? 2 : 0;
     }
     eval_half(s, 0);
+#if VTA_PROFILE
+    s->sample();
+#endif
     // sample (inputs and combinational outputs are settled)
     bool ar_fire = t->m_axi_arvalid && t->m_axi_arready, aw_fire = t->m_axi_awvalid && t->m_axi_awready;
     bool w_fire = t->m_axi_wvalid && t->m_axi_wready;
@@ -647,6 +695,26 @@ uint64_t tsim_run(void* p, uint64_t max_cycles) {
     }
     return i;
 }
+
+int tsim_profile_enabled() { return VTA_PROFILE; }
+
+// Move up to `max` recorded profile events (oldest first) into `out`; returns how many. `dropped` gets the
+// number of events lost because nobody drained them (0 unless over PROFILE_MAX_EVENTS were pending).
+uint64_t tsim_profile_drain(void* p, void* out, uint64_t max, uint64_t* dropped) {
+#if VTA_PROFILE
+    Sim* s = (Sim*)p;
+    uint64_t n = std::min<uint64_t>(max, s->events.size());
+    std::memcpy(out, s->events.data(), n * sizeof(ProfileEvent));
+    s->events.erase(s->events.begin(), s->events.begin() + n);
+    *dropped = s->events_dropped;
+    return n;
+#else
+    (void)p; (void)out; (void)max;
+    *dropped = 0;
+    return 0;
+#endif
+}
+int tsim_profile_event_size() { return (int)sizeof(ProfileEvent); }
 
 int tsim_irq(void* p) { return ((Sim*)p)->top->irq; }
 uint64_t tsim_cycle(void* p) { return ((Sim*)p)->cycle; }

@@ -68,6 +68,7 @@ def generate(config=None, *, force: bool = False, quiet: bool = True) -> Path:
     with locked(out_dir):             # one writer at a time; the others then find its result
         if not force and fresh():
             return out
+        out_dir.mkdir(parents=True, exist_ok=True)
         from amaranth.back import verilog
 
         from .core import VtaCore

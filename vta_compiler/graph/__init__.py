@@ -8,6 +8,7 @@ pmod = graph.graph_pack(qmod)                                  # VTA layers in p
 print(graph.placement(pmod))                                   # each op: VTA or CPU, and why
 ex = graph.build(pmod)
 vm = relax.VirtualMachine(ex, [tvm.cpu(), tvm.ext_dev(0)])
+prof = graph.profile(ex, x, device="tsim", placement=graph.placement(pmod))   # where the time goes
 ```
 """
 
@@ -18,10 +19,11 @@ from .frontend import from_onnx
 from .ir import GraphError
 from .match import patterns
 from .pack import graph_pack
+from .profiler import Profile, profile
 from .quantize import QuantizationError, fewest_float_layers, layer_outputs, probe, quantize, sensitivity
 from .report import Placement, placement
 from .sensitivity import Sensitivity, agreement
 
-__all__ = ["GRAPH_PIPELINE", "GraphError", "Placement", "QuantizationError", "Sensitivity", "agreement", "build",
-           "fewest_float_layers", "from_onnx", "graph_pack", "layer_outputs", "patterns", "placement", "probe",
-           "quantize", "sensitivity"]
+__all__ = ["GRAPH_PIPELINE", "GraphError", "Placement", "Profile", "QuantizationError", "Sensitivity", "agreement",
+           "build", "fewest_float_layers", "from_onnx", "graph_pack", "layer_outputs", "patterns", "placement",
+           "probe", "profile", "quantize", "sensitivity"]

@@ -39,7 +39,7 @@ def random_ops(rnd: random.Random, n: int) -> list[dict]:
     """``n`` random operations; each is applied if it fits the running tensor, else skipped (so any
     sub-list is a network too, which is what shrinking needs)."""
     kinds = ["conv", "conv", "conv", "grouped", "depthwise", "convT", "pool", "add", "add", "concat", "upsample",
-             "act", "dense"]
+             "act", "gemm"]
     ops = []
     for _ in range(n):
         kind = rnd.choice(kinds)
@@ -62,7 +62,7 @@ def random_ops(rnd: random.Random, n: int) -> list[dict]:
             op["k"] = rnd.choice((2, 3))
             op["stride"] = rnd.choice((1, 2, 2))
             op["pad"] = rnd.randrange(0, op["k"] // 2 + 1)
-        elif kind == "dense":
+        elif kind == "gemm":                            # ONNX Gemm: a dense layer
             op["gap"] = rnd.random() < 0.4
         ops.append(op)
     return ops
@@ -164,7 +164,7 @@ class _Builder:
 
     def apply(self, op: dict, x: str, shape: tuple[int, ...], seen):
         kind = op["kind"]
-        if len(shape) == 2 and kind != "dense" and kind != "act":
+        if len(shape) == 2 and kind != "gemm" and kind != "act":
             return None                                     # after a dense layer only dense layers follow
         if kind in ("conv", "grouped", "depthwise"):
             n, c, h, w = shape
