@@ -22,6 +22,7 @@ from vta_hw.spec import (
     Opcode,
     Stage,
     describe,
+    extension_for,
     illegal_dep_flags,
     stage_of,
     token_pops,
@@ -31,16 +32,31 @@ from vta_hw.spec import (
 from .errors import IllegalInstructionError, MissingFinishError, SramIndexError, UnbalancedTokensError
 
 QUEUE_NAMES = {"l2g": "load->compute", "g2l": "compute->load", "g2s": "compute->store", "s2g": "store->compute"}
-MEM_NAMES = {MemType.UOP: "UOP", MemType.WGT: "WGT", MemType.INP: "INP", MemType.ACC: "ACC", MemType.OUT: "OUT"}
+MEM_NAMES = {MemType.UOP: "UOP", MemType.WGT: "WGT", MemType.INP: "INP", MemType.ACC: "ACC", MemType.OUT: "OUT",
+             MemType.ACC_8BIT: "ACC"}
 
 
 def sram_geometry(cfg: Config, mt: int) -> tuple[int, int, str]:
-    """(depth, element bytes, name) of the SRAM a memory instruction of type ``mt`` touches."""
+    """(depth, DRAM element bytes, name) of the SRAM a memory instruction of type ``mt`` touches
+    (ACC_8BIT: the ACC SRAM, from DRAM elements of the OUT element size)."""
     depth = {MemType.UOP: cfg.UOP_BUFF_DEPTH, MemType.WGT: cfg.WGT_BUFF_DEPTH, MemType.INP: cfg.INP_BUFF_DEPTH,
-             MemType.ACC: cfg.ACC_BUFF_DEPTH, MemType.OUT: cfg.ACC_BUFF_DEPTH}[mt]
+             MemType.ACC: cfg.ACC_BUFF_DEPTH, MemType.OUT: cfg.ACC_BUFF_DEPTH,
+             MemType.ACC_8BIT: cfg.ACC_BUFF_DEPTH}[mt]
     elem = {MemType.UOP: cfg.UOP_ELEM_BYTES, MemType.WGT: cfg.WGT_ELEM_BYTES, MemType.INP: cfg.INP_ELEM_BYTES,
-            MemType.ACC: cfg.ACC_ELEM_BYTES, MemType.OUT: cfg.OUT_ELEM_BYTES}[mt]
+            MemType.ACC: cfg.ACC_ELEM_BYTES, MemType.OUT: cfg.OUT_ELEM_BYTES,
+            MemType.ACC_8BIT: cfg.OUT_ELEM_BYTES}[mt]
     return depth, elem, MEM_NAMES[mt]
+
+
+def needs_extension(cfg: Config, *, alu_op: int | None = None, mem_type: int | None = None) -> str | None:
+    """Why an ALU opcode or LOAD memory type that an extension defines is refused by ``cfg``, or None
+    if no extension defines it or ``cfg`` enables it."""
+    ext = extension_for(alu_op=alu_op, mem_type=mem_type)
+    if ext is None or cfg.isa.has(ext.name):
+        return None
+    what = f"{AluOp(alu_op).name} is" if alu_op is not None else f"{MemType(mem_type).name} loads are"
+    return (f"{what} not supported by this configuration ({cfg.MODEL}): it needs the ISA extension {ext.name!r}, "
+            f"which the config key ISA_EXTENSIONS does not enable")
 
 
 class Program:
@@ -115,9 +131,9 @@ def check_instruction(cfg: Config, p: Program, i: int, dram: Any = None) -> None
         raise IllegalInstructionError(f"instruction {i}: illegal opcode {op} (valid: 0-4)", i)
     mt = p.mem("memory_type", i)
     st = p.stage[i]
-    if op == Opcode.LOAD and st is None:
-        why = "ACC_8BIT loads are not supported (see README)" if mt == MemType.ACC_8BIT else \
-            "a LOAD may target UOP(0), WGT(1), INP(2) or ACC(3)"
+    if op == Opcode.LOAD and (st is None or mt not in cfg.isa.load_types):
+        why = needs_extension(cfg, mem_type=mt) or "a LOAD may target " + ", ".join(
+            f"{MemType(t).name}({int(t)})" for t in sorted(cfg.isa.load_types))
         raise IllegalInstructionError(f"instruction {i}: LOAD with memory type {mt}: {why}", i)
     if op == Opcode.STORE and p.mem("x_size", i) and mt != MemType.OUT:
         raise IllegalInstructionError(
@@ -131,8 +147,9 @@ def check_instruction(cfg: Config, p: Program, i: int, dram: Any = None) -> None
             "has no such queue", i)
     if op == Opcode.ALU:
         aop = p.alu("alu_opcode", i)
-        if aop not in (AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR):
-            why = "MUL is not supported (see README)" if aop == AluOp.MUL else "valid: 0-3"
+        if aop not in cfg.isa.alu_ops:
+            why = needs_extension(cfg, alu_op=aop) or "valid: " + ", ".join(
+                f"{AluOp(a).name} {int(a)}" for a in sorted(cfg.isa.alu_ops))
             raise IllegalInstructionError(f"instruction {i}: illegal ALU opcode {aop} ({why})", i)
     if op in (Opcode.GEMM, Opcode.ALU):
         end = p.gemm("uop_end", i)
