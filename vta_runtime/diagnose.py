@@ -22,7 +22,6 @@ from vta_hw.spec import (
     Opcode,
     Stage,
     describe,
-    extension_for,
     illegal_dep_flags,
     stage_of,
     token_pops,
@@ -46,17 +45,6 @@ def sram_geometry(cfg: Config, mt: int) -> tuple[int, int, str]:
             MemType.ACC: cfg.ACC_ELEM_BYTES, MemType.OUT: cfg.OUT_ELEM_BYTES,
             MemType.ACC_8BIT: cfg.OUT_ELEM_BYTES}[mt]
     return depth, elem, MEM_NAMES[mt]
-
-
-def needs_extension(cfg: Config, *, alu_op: int | None = None, mem_type: int | None = None) -> str | None:
-    """Why an ALU opcode or LOAD memory type that an extension defines is refused by ``cfg``, or None
-    if no extension defines it or ``cfg`` enables it."""
-    ext = extension_for(alu_op=alu_op, mem_type=mem_type)
-    if ext is None or cfg.isa.has(ext.name):
-        return None
-    what = f"{AluOp(alu_op).name} is" if alu_op is not None else f"{MemType(mem_type).name} loads are"
-    return (f"{what} not supported by this configuration ({cfg.MODEL}): it needs the ISA extension {ext.name!r}, "
-            f"which the config key ISA_EXTENSIONS does not enable")
 
 
 class Program:
@@ -132,8 +120,9 @@ def check_instruction(cfg: Config, p: Program, i: int, dram: Any = None) -> None
     mt = p.mem("memory_type", i)
     st = p.stage[i]
     if op == Opcode.LOAD and (st is None or mt not in cfg.isa.load_types):
-        why = needs_extension(cfg, mem_type=mt) or "a LOAD may target " + ", ".join(
-            f"{MemType(t).name}({int(t)})" for t in sorted(cfg.isa.load_types))
+        why = cfg.isa.refusal(mem_type=mt)
+        why = f"{MemType(mt).name} loads are not supported by this configuration: {why}" if why else \
+            "a LOAD may target " + ", ".join(f"{MemType(t).name}({int(t)})" for t in sorted(cfg.isa.load_types))
         raise IllegalInstructionError(f"instruction {i}: LOAD with memory type {mt}: {why}", i)
     if op == Opcode.STORE and p.mem("x_size", i) and mt != MemType.OUT:
         raise IllegalInstructionError(
@@ -148,8 +137,9 @@ def check_instruction(cfg: Config, p: Program, i: int, dram: Any = None) -> None
     if op == Opcode.ALU:
         aop = p.alu("alu_opcode", i)
         if aop not in cfg.isa.alu_ops:
-            why = needs_extension(cfg, alu_op=aop) or "valid: " + ", ".join(
-                f"{AluOp(a).name} {int(a)}" for a in sorted(cfg.isa.alu_ops))
+            why = cfg.isa.refusal(alu_op=aop)
+            why = f"{AluOp(aop).name} is not supported by this configuration: {why}" if why else \
+                "valid: " + ", ".join(f"{AluOp(a).name} {int(a)}" for a in sorted(cfg.isa.alu_ops))
             raise IllegalInstructionError(f"instruction {i}: illegal ALU opcode {aop} ({why})", i)
     if op in (Opcode.GEMM, Opcode.ALU):
         end = p.gemm("uop_end", i)

@@ -366,6 +366,15 @@ class Isa:
         """Whether the extension (a name of ``EXTENSIONS``) is enabled."""
         return extension in self.extensions
 
+    def refusal(self, *, alu_op: int | None = None, mem_type: int | None = None) -> str | None:
+        """Why an ALU opcode or LOAD memory type that an extension defines is illegal here ("it needs the
+        ISA extension ..."), or None if it is legal or no extension defines it. Every part words its
+        refusal of an extension's instruction with it."""
+        ext = extension_for(alu_op=alu_op, mem_type=mem_type)
+        if ext is None or self.has(ext.name):
+            return None
+        return f"it needs the ISA extension {ext.name!r}, which the config key ISA_EXTENSIONS does not enable"
+
     def format_of(self, opcode: int) -> Format:
         if opcode in (Opcode.LOAD, Opcode.STORE):
             return self.mem
