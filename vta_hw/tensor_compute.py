@@ -25,6 +25,12 @@ is forwarded; which one is decided a cycle ahead, so E only has a 4:1 multiplexe
 adder. Back-to-back uops on one accumulator therefore give the sequential result at one uop per
 cycle (GEMM, ALU with immediate) or per two cycles (ALU with a register operand), and a source
 written earlier in the same ALU instruction is read after that write.
+
+MUL (ISA extension ``alu_mul``) has one more stage, X, between E and W: E presents the operands to a
+DSP per lane, whose product is registered into X (no logic after a DSP before a register), and W
+writes it. Its writes are therefore a cycle later, and E forwards from four: X, W, W1 and W2; at the
+same throughput (one uop per cycle with an immediate, per two cycles with a register operand), one
+cycle more per instruction. Without the extension none of this is built.
 """
 
 from __future__ import annotations
@@ -33,10 +39,10 @@ from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from vta_hw.spec import Opcode
+from vta_hw.spec import AluOp, Opcode
 from vta_hw.spec.regmap import IndexOperand
 
-from .alu import alu_lane
+from .alu import alu_lane, mul_lane
 from .gemm import DotArray
 from .sram import READ_LATENCY, SramReadSignature, SramWriteSignature
 
@@ -83,6 +89,8 @@ class TensorCompute(wiring.Component):
 
         # ---- instruction registers (held for the whole loop)
         is_alu = Signal()
+        mul = cfg.isa.has("alu_mul")
+        is_mul = Signal()   # a MUL instruction (only with the alu_mul extension)
         reset = Signal()
         use_imm = Signal()
         alu_op = Signal(3)
@@ -118,6 +126,8 @@ class TensorCompute(wiring.Component):
                 gen.eq(nonempty), aborted.eq(0), u.eq(g.uop_bgn), it_o.eq(0), it_i.eq(0), phase.eq(0),
                 two_slot.eq(op_alu & ~a.use_imm),
             ]
+            if mul:
+                m.d.sync += is_mul.eq(op_alu & (a.alu_opcode == AluOp.MUL))
             for k in ("dst", "src", "wgt"):
                 m.d.sync += [base[k].eq(0), cur[k].eq(0)]
 
@@ -231,10 +241,16 @@ class TensorCompute(wiring.Component):
         w1_valid, w1_dst, w1_data = Signal(), Signal(ab), Signal(lane_bits)
         w2_data = Signal(lane_bits)
         m.d.sync += [w1_valid.eq(w_valid), w1_dst.eq(w_dst), w1_data.eq(w_data), w2_data.eq(w1_data)]
-        # forwarding choice for the value E uses next cycle: 3 = W's, 2 = W1's, 1 = W2's, 0 = the SRAM's
-        fwd_sel = Signal(2)
+        # MUL's X stage: the products of the slot that was in E (x_valid only ever set by a MUL)
+        x_valid, x_dst, x_data = Signal(), Signal(ab), Signal(lane_bits)
+        # forwarding choice for the value E uses next cycle: 3 = W's, 2 = W1's, 1 = W2's, 0 = the SRAM's;
+        # a MUL: 4 = X's (the slot now in E writes a cycle later, so the older ones are a step along too)
+        fwd_sel = Signal(3 if mul else 2)
         with m.If(e_valid & e_write & (e_dst == p_addr)):
-            m.d.sync += fwd_sel.eq(3)
+            m.d.sync += fwd_sel.eq(Mux(is_mul, 4, 3) if mul else 3)
+        if mul:
+            with m.Elif(x_valid & (x_dst == p_addr)):
+                m.d.sync += fwd_sel.eq(3)
         with m.Elif(w_valid & (w_dst == p_addr)):
             m.d.sync += fwd_sel.eq(2)
         with m.Elif(w1_valid & (w1_dst == p_addr)):
@@ -242,8 +258,11 @@ class TensorCompute(wiring.Component):
         with m.Else():
             m.d.sync += fwd_sel.eq(0)
         acc_val = Signal(lane_bits)
+        sources = [(3, w_data), (2, w1_data), (1, w2_data), (0, self.acc_rd.data)]
+        if mul:
+            sources.insert(0, (4, x_data))
         with m.Switch(fwd_sel):
-            for sel, src in ((3, w_data), (2, w1_data), (1, w2_data), (0, self.acc_rd.data)):
+            for sel, src in sources:
                 with m.Case(sel):
                     m.d.comb += acc_val.eq(src)
 
@@ -259,9 +278,17 @@ class TensorCompute(wiring.Component):
             alu_res.append(alu_lane(m, alu_op, av, bv, acc_w, cfg.LOG_ACC_WIDTH + 1, name=f"alu{k}"))
         alu_new = Cat(*alu_res)
         w_result = Signal()     # a result (not a reset GEMM's zero): OUT is written and the uop counted
-        m.d.sync += [w_valid.eq(e_valid & e_write), w_dst.eq(e_dst),
-                     w_data.eq(Mux(is_alu, alu_new, Mux(e_reset, 0, gemm_new))),
-                     w_result.eq(e_valid & e_write & ~e_reset)]
+        w_next = [e_valid & e_write, e_dst, Mux(is_alu, alu_new, Mux(e_reset, 0, gemm_new)),
+                  e_valid & e_write & ~e_reset]
+        if mul:   # E -> X (a DSP per lane, its product registered) -> W
+            products = []
+            for k in range(lanes):
+                av = acc_val.word_select(k, acc_w)
+                bv = Mux(two_slot, src_hold.word_select(k, acc_w), imm)
+                products.append(mul_lane(av, bv))
+            m.d.sync += [x_valid.eq(e_valid & e_write & is_mul), x_dst.eq(e_dst), x_data.eq(Cat(*products))]
+            w_next = [Mux(is_mul, x, y) for x, y in zip((x_valid, x_dst, x_data, x_valid), w_next)]
+        m.d.sync += [w_valid.eq(w_next[0]), w_dst.eq(w_next[1]), w_data.eq(w_next[2]), w_result.eq(w_next[3])]
 
         # ---- W: ACC / OUT writes
         m.d.comb += [self.acc_wr.en.eq(w_valid), self.acc_wr.addr.eq(w_dst), self.acc_wr.data.eq(w_data),
@@ -269,7 +296,7 @@ class TensorCompute(wiring.Component):
                      self.out_wr.data.eq(Cat(*[w_data.word_select(k, acc_w)[:out_w] for k in range(lanes)])),
                      self.gemm_uop.eq(w_result & ~is_alu), self.alu_uop.eq(w_result & is_alu)]
 
-        busy = gen | i_valid | w_valid
+        busy = gen | i_valid | w_valid | x_valid
         for v in stage_valid + g_valid[1:] + [c[0] for c in chain[1:]]:
             busy = busy | v
         m.d.comb += [self.busy.eq(busy), self.gemm_active.eq(busy & ~is_alu), self.alu_active.eq(busy & is_alu)]
