@@ -948,9 +948,8 @@ struct Engine {
       return int32_t{static_cast<int16_t>(a)} * int32_t{static_cast<int16_t>(b)};
     }
 #if defined(__AVX2__)
-    __m256i operator()(__m256i a, __m256i b) const {   // pairs (low, 0) x (low, 0): the product alone
-      const __m256i low = _mm256_set1_epi32(0xFFFF);
-      return _mm256_madd_epi16(_mm256_and_si256(a, low), _mm256_and_si256(b, low));
+    __m256i operator()(__m256i a, __m256i b) const {   // pairs (a.low, a.high) x (b.low, 0): a.low * b.low
+      return _mm256_madd_epi16(a, _mm256_and_si256(b, _mm256_set1_epi32(0xFFFF)));
     }
 #endif
   };
