@@ -109,3 +109,17 @@ def test_a_bitstream_with_an_extension_is_never_taken_for_a_config_without(tmp_p
         assert B.install_bitstream(bit, built_for) == B.get_bitstream_path(built_for)
         with pytest.raises(B.BitstreamError, match="built for a different configuration .differs in ISA_EXTENSIONS"):
             B.install_bitstream(bit, other)
+
+
+def test_disassembler_names_the_extensions_and_marks_what_the_config_lacks():
+    from vta_hw.spec import Opcode, disassemble
+    base, ext = load_config(DEFAULT), load_config(DEFAULT).replace(ISA_EXTENSIONS=BOTH)
+    words = [base.isa.load(MemType.ACC_8BIT, 0, 9, 1, 2, 2, x_pad_0=1),
+             base.isa.alu.encode(opcode=Opcode.ALU, alu_opcode=AluOp.MUL, use_imm=1, imm=-3, uop_end=1, iter_out=1,
+                                 iter_in=2)]
+    lines = disassemble(words, ext.isa)
+    assert "LOAD   ACC_8BIT sram=0x0000 dram=0x00000009" in lines[0] and "ALU    MUL  imm=-3" in lines[1]
+    assert all(line.split()[1] == "compute" and "illegal" not in line for line in lines)
+    marked = disassemble(words, base.isa)
+    assert "[illegal: needs ISA extension acc_8bit]" in marked[0]
+    assert "[illegal: needs ISA extension alu_mul]" in marked[1]

@@ -35,7 +35,8 @@ Offset    Name               RW    Meaning
 ========  =================  ====  ===========================================================
 
 Counter semantics follow fsim exactly for the names fsim defines: ``*_load_nbytes`` count
-x_size*y_size*element bytes of data moved (pads not counted), ``out_store_nbytes`` likewise,
+x_size*y_size*element bytes of data moved (pads not counted; an ACC_8BIT load counts its DRAM
+elements, BATCH*BLOCK_OUT bytes each, in ``acc_load_nbytes``), ``out_store_nbytes`` likewise,
 ``gemm_counter`` counts non-reset GEMM uop executions, ``alu_counter`` ALU uop executions; an
 instruction with x_size = 0 counts nothing. The performance counters count cycles while the core
 is BUSY: ``*_busy_cycles`` a module is executing an instruction, ``*_stall_cycles`` a module holds
