@@ -279,7 +279,8 @@ struct Engine {
       if (get(w, flags[f]) && p.queue_of[st][f] < 0) return true;
     if (op == OP_ALU) {
       uint64_t a = get(w, F_ALU_OPCODE);
-      if (a != ALU_MIN && a != ALU_MAX && a != ALU_ADD && a != ALU_SHR && !(a == ALU_MUL && p.alu_mul)) return true;
+      const bool base_op = a == ALU_MIN || a == ALU_MAX || a == ALU_ADD || a == ALU_SHR;
+      if (!base_op && !(a == ALU_MUL && p.alu_mul)) return true;
     }
     if (op == OP_GEMM && static_cast<int64_t>(get(w, F_UOP_END)) > p.uop_depth) return true;
     if (op == OP_ALU && static_cast<int64_t>(get(w, F_ALU_UOP_END)) > p.uop_depth) return true;

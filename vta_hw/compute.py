@@ -2,8 +2,8 @@
 
 It owns the UOP and ACC SRAMs, reads INP and WGT, and is the only writer of OUT. With the ISA
 extension ``acc_8bit`` it also runs ACC_8BIT loads: a second ACC loader whose DRAM elements are
-BATCH*BLOCK_OUT int8 values, sign-extended into the lanes, on the same AXI client as the ACC one. Dependency
-tokens (spec 2.3): pop_prev waits on l2g, pop_next on s2g (before the instruction); push_prev
+BATCH*BLOCK_OUT int8 values, sign-extended into the lanes, on the same AXI client as the ACC one.
+Dependency tokens (spec 2.3): pop_prev waits on l2g, pop_next on s2g (before the instruction); push_prev
 gives g2l, push_next gives g2s (after the instruction's last SRAM write). FINISH stops the module
 (``finished``); the core then checks that the run is balanced.
 """

@@ -157,7 +157,9 @@ struct Spec {
   // why an ALU opcode / memory type (by value) that an ISA extension defines is refused; "" otherwise
   std::vector<std::string> alu_refusal, load_refusal;
 
-  bool alu_ok(int64_t op) const { return std::find(supported_alu.begin(), supported_alu.end(), op) != supported_alu.end(); }
+  bool alu_ok(int64_t op) const {
+    return std::find(supported_alu.begin(), supported_alu.end(), op) != supported_alu.end();
+  }
   bool load_ok(int64_t mt) const { return std::find(loadable.begin(), loadable.end(), mt) != loadable.end(); }
   static std::string refusal(const std::vector<std::string>& why, int64_t v) {
     return v >= 0 && v < static_cast<int64_t>(why.size()) ? why[v] : std::string();

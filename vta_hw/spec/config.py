@@ -242,12 +242,6 @@ class Config:
             d["ISA_EXTENSIONS"] = list(d["ISA_EXTENSIONS"])
         return d
 
-    def has_extension(self, name: str) -> bool:
-        """Whether the ISA extension ``name`` (``alu_mul``, ``acc_8bit``) is enabled."""
-        if name not in EXTENSIONS:
-            raise ConfigError(f"unknown ISA extension {name!r}; the known ones are {', '.join(EXTENSIONS)}")
-        return name in self.ISA_EXTENSIONS
-
     def pkg_dict(self) -> dict[str, Any]:
         """The keys plus the derived keys the original PkgConfig exported."""
         d = self.cfg_dict

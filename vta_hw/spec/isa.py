@@ -363,7 +363,9 @@ class Isa:
                                  tuple(d for d in ("LUD", "LAD", "LID", "LWD") if d in deps))
 
     def has(self, extension: str) -> bool:
-        """Whether the extension (a name of ``EXTENSIONS``) is enabled."""
+        """Whether the extension (a name of ``EXTENSIONS``: ``alu_mul``, ``acc_8bit``) is enabled."""
+        if extension not in EXTENSIONS:
+            raise ValueError(f"unknown ISA extension {extension!r}; known: {', '.join(EXTENSIONS)}")
         return extension in self.extensions
 
     def refusal(self, *, alu_op: int | None = None, mem_type: int | None = None) -> str | None:
