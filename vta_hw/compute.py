@@ -53,7 +53,8 @@ class Compute(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, lay = self.cfg, self.layouts
-        m.submodules.uop_sram = uop_sram = Sram(cfg.UOP_BUFF_DEPTH, 32, "uop")
+        # with MUL the uop loop may hold the UOP read for a cycle
+        m.submodules.uop_sram = uop_sram = Sram(cfg.UOP_BUFF_DEPTH, 32, "uop", read_enable=cfg.isa.has("alu_mul"))
         m.submodules.acc_sram = acc_sram = Sram(cfg.ACC_BUFF_DEPTH, cfg.ACC_ELEM_BITS, "acc")
         m.submodules.tc = tc = TensorCompute(lay)
         m.submodules.uop_load = uop_load = TensorLoad(lay, 32, self.data_bits, uop_sram.addr_bits)

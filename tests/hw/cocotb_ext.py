@@ -94,7 +94,9 @@ async def mul_forwarding_follows_program_order(dut):
 
 @cocotb.test()
 async def mul_keeps_the_alu_throughput(dut):
-    """The same uops as ADD take one cycle more per instruction (the X stage), not per uop."""
+    """Independent uops: MUL takes one cycle more per instruction than ADD (its write comes from the
+    DSP's output register, a stage after E's), not per uop. A uop that reads what the one just before
+    wrote waits one cycle."""
     await start(dut)
     await write_uops(dut, [(k, 40 + k, 0) for k in range(8)])
     cycles = {}
@@ -105,6 +107,14 @@ async def mul_keeps_the_alu_throughput(dut):
     for use_imm in (True, False):
         assert cycles[AluOp.MUL, use_imm] == cycles[AluOp.ADD, use_imm] + 1
     assert cycles[AluOp.ADD, False] - cycles[AluOp.ADD, True] == 48     # two slots per register uop
+    # dependent neighbours: 12 uops on one row (imm), and register uops reading the row just written
+    await write_uops(dut, [(3, 0, 0)])
+    same_row = {op: await run_insn(dut, alu_word(1, 1, 12, fz(), op, True, 1)) for op in (AluOp.ADD, AluOp.MUL)}
+    assert same_row[AluOp.MUL] == same_row[AluOp.ADD] + 1 + 11           # each uop after the first waits
+    await write_uops(dut, [(1, 0, 0)])
+    chain = {op: await run_insn(dut, alu_word(1, 1, 6, fz(dst_in=1, src_in=1), op, False)) for op in
+             (AluOp.ADD, AluOp.MUL)}
+    assert chain[AluOp.MUL] == chain[AluOp.ADD] + 1 + 5                  # src(i+1) = dst(i): waits too
 
 
 # ---------------------------------------------------------------- the ACC_8BIT loader

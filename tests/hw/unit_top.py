@@ -187,7 +187,8 @@ class UnitTop(wiring.Component):
         """tensor compute: five SRAMs; the backdoor takes their ports while tc_bd_active."""
         cfg = self.cfg
         srams = {
-            "uop": Sram(cfg.UOP_BUFF_DEPTH, 32), "inp": Sram(cfg.INP_BUFF_DEPTH, cfg.INP_ELEM_BITS),
+            "uop": Sram(cfg.UOP_BUFF_DEPTH, 32, read_enable=cfg.isa.has("alu_mul")),
+            "inp": Sram(cfg.INP_BUFF_DEPTH, cfg.INP_ELEM_BITS),
             "wgt": Sram(cfg.WGT_BUFF_DEPTH, cfg.WGT_ELEM_BITS), "acc": Sram(cfg.ACC_BUFF_DEPTH, cfg.ACC_ELEM_BITS),
             "out": Sram(cfg.ACC_BUFF_DEPTH, cfg.OUT_ELEM_BITS),
         }
@@ -205,6 +206,8 @@ class UnitTop(wiring.Component):
             rd, wr = ports[name]
             mine = self.tc_bd_mem == BACKDOOR[name]
             m.d.comb += s.rd.addr.eq(Mux(bd, self.tc_bd_addr, rd.addr if rd is not None else 0))
+            if s.read_enable:   # the uop loop may hold its read (MUL); the backdoor always reads
+                m.d.comb += s.rd.en.eq(bd | rd.en)
             if rd is not None:
                 m.d.comb += rd.data.eq(s.rd.data)
             with m.If(bd):
