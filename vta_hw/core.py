@@ -256,9 +256,12 @@ class VtaCore(wiring.Component):
             "axi_read_beats": (arb.r_beat, 1), "axi_write_beats": (arb.w_beat, 1),
             "axi_read_stall_cycles": (arb.ar_stall, 1),
         }
-        if cfg.isa.has("acc_8bit"):   # an 8-bit ACC load counts the bytes it reads from DRAM
-            strobes["acc_load_nbytes"] = (compute.acc_elem | compute.acc8_elem,
-                                          Mux(compute.acc8_elem, cfg.OUT_ELEM_BYTES, cfg.ACC_ELEM_BYTES))
+        if cfg.isa.has("acc_8bit"):
+            # an 8-bit ACC load counts the bytes it reads from DRAM; the strobes are registered first (the
+            # step depends on them), so the count lags a cycle, long before a run can end
+            acc_q, acc8_q = Signal(), Signal()
+            m.d.sync += [acc_q.eq(compute.acc_elem | compute.acc8_elem), acc8_q.eq(compute.acc8_elem)]
+            strobes["acc_load_nbytes"] = (acc_q, Mux(acc8_q, cfg.OUT_ELEM_BYTES, cfg.ACC_ELEM_BYTES))
         assert set(strobes) == set(COUNTERS)
         with m.If(running & ~start):
             for name, (strobe, step) in strobes.items():
