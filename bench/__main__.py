@@ -6,12 +6,22 @@ import argparse
 import inspect
 import sys
 
-from . import compiler_bench, depthwise_bench, fsim_bench, network_bench, operators_bench, tsim_bench, tune_bench
+from . import (
+    compiler_bench,
+    costmodel_bench,
+    depthwise_bench,
+    fsim_bench,
+    network_bench,
+    operators_bench,
+    tsim_bench,
+    tune_bench,
+    zoo_bench,
+)
 from .common import write_results
 
 SECTIONS = {"fsim": fsim_bench.run, "tsim": tsim_bench.run, "compiler": compiler_bench.run,
             "operators": operators_bench.run, "network": network_bench.run, "depthwise": depthwise_bench.run,
-            "tune": tune_bench.run}
+            "tune": tune_bench.run, "zoo": zoo_bench.run, "costmodel": costmodel_bench.run}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ sys.path.insert(0, str(HERE / "_ext"))
 import vta_docs  # noqa: E402,F401  (docs/_ext: spec tables, tutorial order, gallery reset; fails early if missing)
 
 FAST = os.environ.get("VTA_DOCS_FAST") == "1"
+vta_docs_repo = str(REPO)          # the ``vta-source`` directive reads the repository's files from here
 
 project = "VTA in Python"
 author = "the vta-py authors"

@@ -1,8 +1,10 @@
 """tsim: the generated Verilog of the VTA core, compiled by Verilator and driven through ctypes.
 
 The Verilated core and a small C++ harness (``tsim_harness.cpp``) are built into one shared
-library, cached under ``build/tsim/<hash>/`` where the hash covers the config's hardware
-parameters, the hardware sources, the harness, the build flags and the Verilator version. The
+library, cached under ``tsim/<hash>/`` of the cache folder (``$VTA_CACHE_DIR``, else the
+repository's ``build/``) where the hash covers the config's hardware parameters, the hardware
+sources, the harness, the build flags, the Verilator version and the host CPU (the C++ is compiled
+with ``-O3 -march=native``); concurrent builders take a lock and the library appears atomically. The
 harness serves the core's AXI master from the same numpy arena as the runtime's simulated DRAM
 (its pointer is passed once; no Python runs per cycle) and drives the AXI4-Lite registers.
 Register sequencing is ``vta_runtime.mmio.Mmio``, shared with the board drivers.
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import hashlib
 import os
 import random
@@ -39,9 +40,12 @@ from typing import Any
 
 import numpy as np
 
+from vta_hw.cache import cache_dir
+from vta_hw.files import locked, temp_path
 from vta_hw.lint import WAIVERS, verilator_path
 from vta_hw.spec import Config, load_config
 from vta_hw.spec.regmap import DmaClient
+from vta_runtime.cxx import cpu_flags, native_arch
 from vta_runtime.errors import DeviceError
 from vta_runtime.mmio import RegisterDevice
 
@@ -49,7 +53,15 @@ from .memory import DEFAULT_DRAM_BYTES, SimulatedDram, SimulatedMemoryDevice
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "tsim_harness.cpp"
-BUILD_ROOT = HERE.parent / "build" / "tsim"
+
+
+def build_root() -> Path:
+    """Where tsim's libraries are cached: ``tsim/`` of ``vta_hw.cache.cache_dir()``."""
+    return cache_dir() / "tsim"
+
+
+#: the cache folder when this module was imported (scripts and tests put their own Verilog there)
+BUILD_ROOT = build_root()
 #: cycles the harness runs between wall-clock checks
 RUN_CHUNK = 200_000
 REG_TIMEOUT_CYCLES = 10_000
@@ -86,12 +98,14 @@ class BusProtocolError(DeviceError):
 
 def _build_key(verilog: Path, beat_bytes: int, trace: bool, flags: list[str]) -> str:
     h = hashlib.sha256()
+    if "-march=native" in CXX_FLAGS:
+        h.update(cpu_flags().encode())
     h.update(str(beat_bytes).encode())
     h.update(verilog.read_bytes())
     h.update(HARNESS.read_bytes())
     h.update(WAIVERS.read_bytes())
     h.update((HERE / "lz4_shim" / "lz4.h").read_bytes())
-    h.update(repr((trace, flags)).encode())
+    h.update(repr((trace, flags, CXX_FLAGS)).encode())
     h.update(subprocess.run([_verilator(), "--version"], capture_output=True, text=True).stdout.encode())
     return h.hexdigest()[:16]
 
@@ -139,6 +153,8 @@ def _build(cfg, trace, progress, generate) -> Path:
 
 #: Verilator flags of every tsim build: lint on (``-Wall``), the waivers in WAIVERS, warnings fatal
 VERILATOR_FLAGS = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wall", str(WAIVERS)]
+#: C++ optimisation of the Verilated model and the harness (the model is most of tsim's time)
+CXX_FLAGS = ["-O3", *native_arch()]
 
 
 def build_library(verilog: Path, beat_bytes: int, *, trace: bool = False, progress=None, what: str = "",
@@ -151,38 +167,43 @@ def build_library(verilog: Path, beat_bytes: int, *, trace: bool = False, progre
     vl = _verilator()
     flags = VERILATOR_FLAGS + ["--top-module", top]
     key = _build_key(verilog, beat_bytes, trace, flags)
-    out = BUILD_ROOT / key
+    out = build_root() / key
     lib = out / "libvta_tsim.so"
     if lib.exists():
         return lib
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "w") as lockf:
-        fcntl.flock(lockf, fcntl.LOCK_EX)
+    with locked(out):                 # one builder at a time; the others then find its library
         if lib.exists():
             return lib
+        out.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         progress(f"[tsim] building {what or verilog.name} {'with FST trace ' if trace else ''}in {out}")
         log = out / "build.log"
         log.write_text("")
         obj = out / "obj"
         shutil.rmtree(obj, ignore_errors=True)
-        cflags = f"-fPIC -O2 -I{HERE / 'lz4_shim'}"   # FST traces without liblz4-dev (see lz4_shim/lz4.h)
-        cmd = [vl, "--cc", "--build", "-j", "2", *flags, "--prefix", "Vtop", "-Mdir", str(obj), "-CFLAGS", cflags,
-               str(verilog)]
+        # the model's code (OPT_FAST) gets CXX_FLAGS, its constructors (OPT_SLOW) compile quickly;
+        # -I: FST traces without liblz4-dev (see lz4_shim/lz4.h)
+        opt, arch = CXX_FLAGS[0], " ".join(CXX_FLAGS[1:])
+        cmd = [vl, "--cc", "--build", "-j", "2", *flags, "--prefix", "Vtop", "-Mdir", str(obj),
+               "-CFLAGS", f"-fPIC {arch} -I{HERE / 'lz4_shim'}",
+               "-MAKEFLAGS", f"OPT_FAST={opt} OPT_SLOW=-O1 OPT_GLOBAL=-O2", str(verilog)]
         if trace:
             cmd.insert(2, "--trace-fst")
         _run_with_progress(cmd, "Verilator", log, progress)
         progress(f"[tsim] verilated and compiled in {time.perf_counter() - t0:.0f} s; linking the harness")
         root = subprocess.run([vl, "--getenv", "VERILATOR_ROOT"], capture_output=True, text=True).stdout.strip()
-        tmp = out / "libvta_tsim.so.tmp"
+        tmp = temp_path(lib)
         # -isystem: -Wall -Werror for the harness, not for Verilator's headers
-        link = ["g++", "-shared", "-fPIC", "-std=c++17", "-O2", "-Wall", "-Werror", f"-DAXI_BEAT_BYTES={beat_bytes}",
-                f"-DVM_TRACE_FST={1 if trace else 0}", "-isystem", str(obj), "-isystem", f"{root}/include",
-                "-isystem", f"{root}/include/vltstd",
+        link = ["g++", "-shared", "-fPIC", "-std=c++17", *CXX_FLAGS, "-Wall", "-Werror",
+                f"-DAXI_BEAT_BYTES={beat_bytes}", f"-DVM_TRACE_FST={1 if trace else 0}",
+                "-isystem", str(obj), "-isystem", f"{root}/include", "-isystem", f"{root}/include/vltstd",
                 str(HARNESS), str(obj / "Vtop__ALL.a"), str(obj / "libverilated.a"), "-pthread", "-lz",
                 "-o", str(tmp)]
-        _run_with_progress(link, "harness link", log, progress)
-        tmp.replace(lib)
+        try:
+            _run_with_progress(link, "harness link", log, progress)
+            os.replace(tmp, lib)      # atomic: a loader never sees a half-written library
+        finally:
+            tmp.unlink(missing_ok=True)
         progress(f"[tsim] built {lib} in {time.perf_counter() - t0:.0f} s")
     return lib
 
@@ -359,17 +380,20 @@ class AxiChecker:
 def checker_library() -> Path:
     """The harness compiled with ``-DCHECKER_ONLY`` (no Verilator, a few seconds of g++)."""
     h = hashlib.sha256(HARNESS.read_bytes()).hexdigest()[:16]
-    out = BUILD_ROOT / f"checker-{h}"
+    out = build_root() / f"checker-{h}"
     lib = out / "libaxi_checker.so"
     if lib.exists():
         return lib
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f"libaxi_checker.so.{os.getpid()}"
-    res = subprocess.run(["g++", "-shared", "-fPIC", "-std=c++17", "-O1", "-Wall", "-Werror", "-DCHECKER_ONLY",
-                          str(HARNESS), "-o", str(tmp)], capture_output=True, text=True)
-    if res.returncode:
-        raise DeviceError(f"building the AXI checker failed:\n{res.stderr[-3000:]}")
-    tmp.replace(lib)
+    tmp = temp_path(lib)
+    try:
+        res = subprocess.run(["g++", "-shared", "-fPIC", "-std=c++17", "-O1", "-Wall", "-Werror", "-DCHECKER_ONLY",
+                              str(HARNESS), "-o", str(tmp)], capture_output=True, text=True)
+        if res.returncode:
+            raise DeviceError(f"building the AXI checker failed:\n{res.stderr[-3000:]}")
+        os.replace(tmp, lib)
+    finally:
+        tmp.unlink(missing_ok=True)
     return lib
 
 

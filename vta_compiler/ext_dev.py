@@ -22,6 +22,8 @@ from pathlib import Path
 
 import tvm_ffi
 
+from vta_runtime import cxx
+
 SOURCE = Path(__file__).with_name("ext_dev.cc")
 #: The name TVM looks up for device type 12, and the plugin's own name for its DeviceAPI.
 DEVICE_API = "device_api.ext_dev"
@@ -32,16 +34,6 @@ _lib: ctypes.CDLL | None = None
 @tvm_ffi.register_error   # keeps its type when raised inside TVM's device lookup
 class ExtDevBuildError(RuntimeError):
     """The ext_dev plugin could not be compiled, so ext_dev tensors cannot be allocated."""
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("VTA_CACHE_DIR")
-    if env:
-        return Path(env)
-    repo = Path(__file__).resolve().parent.parent
-    if (repo / "pyproject.toml").exists() and os.access(repo, os.W_OK):
-        return repo / "build"
-    return Path.home() / ".cache" / "vta-py"
 
 
 def _command(out: Path) -> list[str]:
@@ -63,7 +55,7 @@ def library_path() -> Path:
     probe = _command(Path("OUT"))
     key = hashlib.sha256("\0".join([SOURCE.read_text(), *probe, tvm.__version__,
                                     tvm_ffi.__version__]).encode()).hexdigest()[:16]
-    path = cache_dir() / "ext_dev" / key / "libvta_ext_dev.so"
+    path = cxx.cache_dir() / "ext_dev" / key / "libvta_ext_dev.so"
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)

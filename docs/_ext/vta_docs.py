@@ -10,7 +10,10 @@ Directives (each renders a table from the spec, so the pages cannot drift from t
   (``:config:`` as above), and a drawing of its 64-bit words;
 * ``.. vta-isa-enums::`` opcodes, memory types, ALU opcodes, dependency queues;
 * ``.. vta-regmap::`` the host register map; ``.. vta-error-codes::`` the ERROR register's codes;
-* ``.. vta-counters::`` the device and performance counters.
+* ``.. vta-counters::`` the device and performance counters;
+* ``.. vta-source:: vta_compiler/top/batch_matmul.py`` a file of the repository as a code block (options as
+  ``literalinclude``'s: ``:pyobject:``, ``:start-at:``, ...), for pages that show real code (the sources are
+  copied before the build, so ``literalinclude``'s relative paths cannot reach the repository).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ SUBSECTIONS = ["get_started", "optimize", "frontend", "autotvm", "hardware"]
 TUTORIALS = [
     "vta_get_started.py",
     "matrix_multiply.py", "matrix_multiply_opt.py", "convolution_opt.py",
-    "deploy_classification.py", "deploy_detection.py", "deploy_other_networks.py",
+    "deploy_classification.py", "deploy_detection.py", "deploy_other_networks.py", "deploy_ppocr.py",
     "tune_conv2d.py", "tune_network.py",
     "config_to_bitstream.py",
 ]
@@ -289,7 +292,28 @@ class Counters(_SpecDirective):
         return _table(rows, ["counter", "reported by"], [40, 60])
 
 
+class RepoSource(SphinxDirective):
+    required_arguments = 1
+    option_spec = {"pyobject": directives.unchanged, "start-at": directives.unchanged,
+                   "end-before": directives.unchanged, "language": directives.unchanged}
+
+    def run(self):
+        from sphinx.directives.code import LiteralIncludeReader
+        repo = Path(self.config.vta_docs_repo)
+        path = (repo / self.arguments[0]).resolve()
+        if repo not in path.parents or not path.is_file():
+            raise self.error(f"vta-source: {self.arguments[0]} is not a file of the repository {repo}")
+        opts = {k: v for k, v in self.options.items() if k != "language"}
+        text, _ = LiteralIncludeReader(str(path), opts, self.config).read(location=self.get_location())
+        self.env.note_dependency(str(path))
+        block = nodes.literal_block(text, text)
+        block["language"] = self.options.get("language", "python")
+        return [block]
+
+
 def setup(app):
+    app.add_config_value("vta_docs_repo", str(Path(__file__).resolve().parents[2]), "env")
+    app.add_directive("vta-source", RepoSource)
     for name, cls in (("vta-config-keys", ConfigKeys), ("vta-derived", Derived), ("vta-targets", Targets),
                       ("vta-isa-format", IsaFormat), ("vta-isa-enums", IsaEnums),
                       ("vta-isa-extensions", IsaExtensions), ("vta-regmap", Regmap),

@@ -18,7 +18,7 @@ from tvm import tirx
 import vta_compiler as vta
 import vta_runtime
 from vta_compiler.testing.layers import run_dense
-from vta_compiler.top import DenseTiling, dense_layer, schedule_dense_packed
+from vta_compiler.top import DenseTiling, DenseWorkload, dense_layer, schedule_dense_packed
 
 from .checks import assert_exact
 from .programs import elementwise, on_device, run
@@ -56,11 +56,11 @@ def test_build_config_passes_kwargs_through(fsim):
     assert "vta.InjectDepTokens" in list(ctx.disabled_pass)
     assert len(ctx.config["tirx.add_lower_pass"]) == 2       # the user's pass and the debug prologue
     tiling = DenseTiling(16 // env.BATCH, 2, 1, 2, 1)
-    sch = schedule_dense_packed(dense_layer(16, 32, 32, bias=False), tiling)
+    sch = schedule_dense_packed(dense_layer(DenseWorkload(16, 32, 32), bias=False), tiling)
     assert "vta.runtime.DepPush" in vta.lower(sch)["main"].script()
     with vta.build_config(disabled_pass=["vta.InjectDepTokens"]):
         assert "vta.runtime.DepPush" not in vta.lower(sch)["main"].script()
-    r = run_dense(16, 32, 32, tiling, bias=False, debug_flag=env.DEBUG_FORCE_SERIAL,
+    r = run_dense(DenseWorkload(16, 32, 32), tiling, bias=False, debug_flag=env.DEBUG_FORCE_SERIAL,
                   build_kwargs={"disabled_pass": ["vta.InjectDepTokens"],
                                 "config": {"tirx.add_lower_pass": [(1, probe)]}})
     assert_exact(r)
@@ -105,7 +105,7 @@ def test_kernels_are_recorded_once_and_reused(fsim):
     shift = calibrated_shift(acc, (0, 127))
     want = requantize(acc, shift, (0, 127))
     assert inside_fraction(want, (0, 127)) >= 0.3
-    m = vta.build(schedule_dense_packed(dense_layer(16, 64, 64, shift=shift),
+    m = vta.build(schedule_dense_packed(dense_layer(DenseWorkload(16, 64, 64), shift=shift),
                                         DenseTiling(16 // env.BATCH, 4, 2, 2, 1)))
     args = on_device(P.pack_nc(x, env.BATCH, env.BLOCK_IN), P.pack_oi(w, env.BLOCK_OUT, env.BLOCK_IN),
                      P.pack_bias_dense(b, 16, env.BATCH, env.BLOCK_OUT))

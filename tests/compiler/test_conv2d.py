@@ -71,7 +71,7 @@ def test_no_bias_no_clip(fsim, shift):
 def test_tiling_fits_every_resnet_layer():
     env = vta.get_env()
     for wkl in RESNET18.values():
-        assert fits(env, wkl, conv2d_tiling(wkl))
+        assert fits(wkl, conv2d_tiling(wkl), env)
 
 
 def test_force_serial_gives_the_same_result(fsim):

@@ -112,7 +112,7 @@ def test_phase_kernel_holds_every_tap_once():
     rng = np.random.default_rng(0)
     for wkl in (SMALL, DCGAN["CT3"], Conv2DTransposeWorkload(1, 3, 3, 16, 16, 4, 4, 0, 0, 3, 3, 2, 2)):
         w = rng.integers(1, 128, (wkl.in_filter, wkl.out_filter, wkl.hkernel, wkl.wkernel), dtype=np.int8)
-        p = pack_conv2d_transpose_kernel(w, wkl, 16, 16)
+        p = pack_conv2d_transpose_kernel(w, wkl)
         assert np.count_nonzero(p) == w.size                 # each tap once, zeros elsewhere
         assert sorted(p[p != 0].tolist()) == sorted(w.ravel().tolist())
 

@@ -10,7 +10,7 @@ import vta_compiler as vta
 import vta_runtime
 from sim.fsim import FsimDevice
 from vta_compiler.testing.layers import run_conv2d, run_dense
-from vta_compiler.top import Conv2DTiling, Conv2DWorkload, DenseTiling
+from vta_compiler.top import Conv2DTiling, Conv2DWorkload, DenseTiling, DenseWorkload
 from vta_hw.spec import AluOp, MemType, load_config
 
 from .checks import assert_exact
@@ -83,7 +83,7 @@ def test_other_configurations(changes):
         vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice(cfg)))
         try:
             b, blk = env.BATCH, env.BLOCK_IN
-            assert_exact(run_dense(4 * b, 4 * blk, 4 * blk, DenseTiling(2, 2, 2, 2, 1)))
+            assert_exact(run_dense(DenseWorkload(4 * b, 4 * blk, 4 * blk), DenseTiling(2, 2, 2, 2, 1)))
             assert_exact(run_conv2d(Conv2DWorkload(2 * b, 6, 6, 2 * blk, 4 * blk, 3, 3, 1, 1, 1, 1),
                                     Conv2DTiling(4, 6, 3, 1, 2, 1)))
         finally:

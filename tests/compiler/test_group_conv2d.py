@@ -109,10 +109,11 @@ def test_kernel_packing():
     rng = np.random.default_rng(0)
     # whole blocks per group: conv2d's packing of the per-group kernel
     w = rng.integers(-128, 128, (64, 32, 3, 3), dtype=np.int8)
-    assert np.array_equal(pack_group_conv2d_kernel(w, 2, 16, 16), pack_oihw(w, 16, 16))
+    wkl = GroupConv2DWorkload(1, 8, 8, 64, 64, 2, 3, 3, 1, 1, 1, 1)
+    assert np.array_equal(pack_group_conv2d_kernel(w, wkl), pack_oihw(w, 16, 16))
     # block-diagonal: 4 channels per group -> each 16x16 tile holds four 4x4 blocks on its diagonal
     w = rng.integers(1, 128, (32, 4, 3, 3), dtype=np.int8)
-    p = pack_group_conv2d_kernel(w, 8, 16, 16)
+    p = pack_group_conv2d_kernel(w, GroupConv2DWorkload(1, 8, 8, 32, 32, 8, 3, 3, 1, 1, 1, 1))
     assert p.shape == (2, 1, 3, 3, 16, 16)
     for c in range(32):
         cb, o = divmod(c, 16)
@@ -120,7 +121,7 @@ def test_kernel_packing():
         assert np.array_equal(p[cb, 0, :, :, o, g0:g0 + 4], w[c].transpose(1, 2, 0))
         assert np.count_nonzero(p[cb, 0, :, :, o, :]) == 4 * 9
     dw = rng.integers(1, 128, (32, 1, 3, 3), dtype=np.int8)
-    p = pack_depthwise_kernel(dw, 16)
+    p = pack_depthwise_kernel(dw, depthwise_workload(1, 8, 8, 32, 3, 1, 1))
     for c in range(32):
         cb, o = divmod(c, 16)
         assert np.array_equal(p[cb, 0, :, :, o, o], dw[c, 0])
@@ -160,8 +161,8 @@ def test_bad_tiling_is_refused():
 
 
 def test_tiling_fits_every_mobilenet_layer():
-    from vta_compiler.top.group_conv2d import _fits, _hw_groups, _sizes
+    from vta_compiler.top.group_conv2d import GROUP_CONV2D
     env = vta.get_env()
     for wkl in list(MOBILENET_GROUP.values()) + list(MOBILENET_DEPTHWISE.values()):
         t = group_conv2d_tiling(wkl)
-        assert _fits(env, _sizes(env, wkl, _hw_groups(wkl, env), t))
+        assert GROUP_CONV2D.fits(wkl, t, env)

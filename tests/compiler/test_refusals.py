@@ -190,7 +190,7 @@ def test_shapes_that_do_not_divide_into_blocks():
     with pytest.raises(VTACompileError, match=r"output channels 20 must be multiples of BATCH=1 and BLOCK_OUT=16"):
         conv2d_layer(Conv2DWorkload(1, 8, 8, 16, 20, 3, 3, 1, 1, 1, 1))
     with pytest.raises(VTACompileError, match=r"input features 40 must be a multiple of 16"):
-        vta.top.dense_layer(1, 40, 16)
+        vta.top.dense_layer(vta.top.DenseWorkload(1, 40, 16))
 
 
 def test_packing_refuses_ragged_channels():
@@ -201,7 +201,8 @@ def test_packing_refuses_ragged_channels():
 def test_uop_kernel_with_two_free_variables():
     """Gotcha G15: a cached uop kernel may depend on at most one variable from outside it."""
     env = vta.get_env()
-    func = vta.top.dense_layer(4 * env.BATCH, 2 * env.BLOCK_IN, 2 * env.BLOCK_OUT, bias=False, clip=None, shift=0)
+    func = vta.top.dense_layer(vta.top.DenseWorkload(4 * env.BATCH, 2 * env.BLOCK_IN, 2 * env.BLOCK_OUT), bias=False,
+                               clip=None, shift=0)
     sch = s_tir.Schedule(func)
     dense = sch.get_sblock("dense")
     sch.set_scope(dense, 0, env.acc_scope)

@@ -37,7 +37,7 @@ def _tilings(wkl, n, seed):
                  divisors(cob), divisors(wkl.out_height), divisors(wkl.out_width), divisors(cib), (1, 2), (1, 2),
                  ("ko", "co"), (1, 2))
              if co % on == 0 and th % hn == 0 and (cib // ci) % kn == 0]
-    ok = [t for t in every if fits(env, wkl, t)]
+    ok = [t for t in every if fits(wkl, t, env)]
     return random.Random(seed).sample(ok, min(n, len(ok)))
 
 
@@ -61,4 +61,4 @@ def test_dense_tilings(racy, shape):
         and 2 * b * c <= env.ACC_BUFF_DEPTH]
     for k, t in enumerate(random.Random(1).sample(choices, min(6, len(choices)))):
         racy(k)
-        assert_exact(run_dense(*shape, tiling=t, seed=k), t)
+        assert_exact(run_dense(shape, tiling=t, seed=k), t)

@@ -21,7 +21,7 @@ from vta_compiler.graph.models import (  # noqa: E402
     latent_like,
     mobilenet_v1_onnx,
 )
-from vta_compiler.graph.pack import DEPTHWISE_NOTE  # noqa: E402
+from vta_compiler.top.group_conv2d import DEPTHWISE_NOTE  # noqa: E402
 
 
 def check_informative(qmod, x, minimum=0.3):

@@ -9,36 +9,43 @@ Example::
     with autotune.apply_history_best("resnet18.json"):
         mod = vta.build(...)                  # and graph.graph_pack / graph.build: each layer uses its best record
 
-* ``space``: every knob of a schedule, infeasible candidates filtered out, the rest ranked by the cost
-  model; operators register their space by kind (``register_space``).
+* the search spaces are the operators' own (``vta_compiler.top``: every knob of a schedule, infeasible
+  candidates filtered out, the rest ranked by the cost model); ``get_space(kind)`` is the operator;
 * ``measure``: build here, run on a server (tsim or a board) through TVM's RPC tracker, count cycles,
-  check the output against numpy; failures are recorded with their reason.
-* ``records``: JSON lines keyed by the hardware configuration's hash; resumable and append-safe.
-* ``dispatch``: ``apply_history_best``, and the records shipped in ``records/`` that builds use by default.
+  check the output against numpy; failures are recorded with their reason;
+* records (JSON lines keyed by the hardware configuration's hash, resumable and append-safe) and
+  ``apply_history_best`` live in ``vta_compiler.tiling``, below the operators, and are re-exported here.
 """
 
 from __future__ import annotations
 
-from .dispatch import apply_history_best, cost_model_only, default_history, default_record_files
-from .measure import MeasureError, MeasureResult, RPCMeasure, TsimMeasure, default_module_loader
-from .records import History, Record, RecordsError, config_hash, load_history, read_records
-from .space import (
-    Conv2DSpace,
-    Conv2DTransposeSpace,
-    DenseSpace,
-    GroupConv2DSpace,
+from ..tiling import (
+    History,
     Knob,
     LayerData,
-    Space,
-    get_space,
-    register_space,
+    Operator,
+    Record,
+    RecordsError,
+    Task,
+    apply_history_best,
+    config_hash,
+    cost_model_only,
+    default_history,
+    default_record_files,
+    load_history,
+    read_records,
+    registry,
 )
-from .task import Task, extract_tasks
+from ..tiling import dispatch as dispatch
+from ..tiling import records as records
+from .measure import MeasureError, MeasureResult, RPCMeasure, TsimMeasure, default_module_loader
+from .task import extract_tasks
 from .tuner import TuneResult, tune
 
-__all__ = ["Conv2DSpace", "Conv2DTransposeSpace", "DenseSpace", "GroupConv2DSpace", "History", "Knob", "LayerData",
-           "MeasureError", "MeasureResult",
-           "RPCMeasure", "Record", "RecordsError", "Space", "Task", "TsimMeasure", "TuneResult",
-           "apply_history_best", "config_hash", "cost_model_only", "default_history", "default_module_loader",
-           "default_record_files", "extract_tasks", "get_space", "load_history", "read_records",
-           "register_space", "tune"]
+get_space = registry.get
+kinds = registry.kinds
+
+__all__ = ["History", "Knob", "LayerData", "MeasureError", "MeasureResult", "Operator", "RPCMeasure", "Record",
+           "RecordsError", "Task", "TsimMeasure", "TuneResult", "apply_history_best", "config_hash",
+           "cost_model_only", "default_history", "default_module_loader", "default_record_files", "extract_tasks",
+           "get_space", "kinds", "load_history", "read_records", "tune"]

@@ -7,7 +7,7 @@
     python -m vta_compiler.autotune --list                  # the tasks and their search spaces, no tuning
 
 The log (default ``build/autotune/resnet18.jsonl``) is resumed: records already there for this hardware
-configuration are not measured again. ``--ship`` rewrites ``vta_compiler/autotune/records/resnet18.jsonl``
+configuration are not measured again. ``--ship`` rewrites ``vta_compiler/tiling/shipped/resnet18.jsonl``
 with the log's records for this configuration (and keeps the file's records for other configurations).
 """
 
@@ -49,13 +49,15 @@ def resnet18_tasks(env, layers: list[str] | None = None, network: bool = True):
 
 def ship(log: Path, config, dest: Path) -> int:
     """Write ``dest`` with the log's records for ``config`` and ``dest``'s own records for other configurations."""
-    from .records import config_hash, read_records
+    from vta_hw.files import locked, write_atomic
+
+    from ..tiling.records import config_hash, read_records
     want = config_hash(config)
     mine = [line for line in log.read_text().splitlines() if line.strip() and _config_of(line) == want]
-    keep = [line for line in dest.read_text().splitlines() if line.strip() and _config_of(line) not in (want, None)] \
-        if dest.exists() else []
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text("\n".join(keep + mine) + "\n")
+    with locked(dest):            # a read-modify-write: two shippers must not drop each other's records
+        old = dest.read_text().splitlines() if dest.exists() else []
+        keep = [line for line in old if line.strip() and _config_of(line) not in (want, None)]
+        write_atomic(dest, "\n".join(keep + mine) + "\n")
     read_records(dest)            # readable
     return len(mine)
 
@@ -68,9 +70,8 @@ def _config_of(line: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    import vta_compiler as vta
-
-    from .dispatch import DEFAULT_RECORDS_DIR
+    from ..environment import get_env
+    from ..tiling.dispatch import DEFAULT_RECORDS_DIR
     from .measure import RPCMeasure, TsimMeasure
     from .tuner import tune
     p = argparse.ArgumentParser(prog="python -m vta_compiler.autotune", description=__doc__,
@@ -90,12 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-network", action="store_true", help="only C1-C11, not the network's other layers")
     args = p.parse_args(argv)
 
-    env = vta.get_env()
+    env = get_env()
     layers = args.layers.split(",") if args.layers else None
     tasks = resnet18_tasks(env, layers, not args.no_network)
     if args.list:
         for t in tasks:
-            sp = t.space
+            sp = t.op
             n = len(sp.candidates(t.workload, env, t.acc_operands))
             print(f"{t.label:<12} {t.describe():<40} knob combinations {sp.size(t.workload, env):>6}, "
                   f"fit {n:>5}")

@@ -17,6 +17,7 @@ difference is an error, never a result.
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import math
 import os
@@ -31,9 +32,9 @@ import numpy as np
 
 from vta_hw.spec import Config
 
+from ..build_module import build
 from ..environment import SIMULATED_TARGETS, Environment
-from .space import LayerData
-from .task import Task
+from ..tiling import LayerData, Task
 
 #: the counters a server reports that matter for a breakdown (cycles per module, bus)
 BREAKDOWN_COUNTERS = ("cycle_count", "gemm_counter", "alu_counter", "load_busy_cycles", "load_stall_cycles",
@@ -59,21 +60,17 @@ class MeasureResult:
 
 
 # ------------------------------------------------------------------------------------------------ build
-def build_candidate(task_json: dict, knobs: dict, cfg_dict: dict, shift, path: str, space_module: str) -> float:
+def build_candidate(task_json: dict, knobs: dict, cfg_dict: dict, shift, path: str, op_module: str) -> float:
     """Runs in a builder process: the scheduled layer through ``vta.build``, exported to ``path`` (.tar).
-    ``space_module`` registers the task's space (imported first: spaces may live outside vta_compiler)."""
+    ``op_module`` registers the task's operator (imported first: operators may live outside vta_compiler)."""
     t0 = time.perf_counter()
-    import importlib
-
-    import vta_compiler as vta
-    importlib.import_module(space_module)
-    from vta_compiler.autotune.task import Task as _Task
-    task = _Task.from_json(task_json)
-    env = vta.Environment(Config(cfg_dict, source="the tuner's configuration"))
+    importlib.import_module(op_module)
+    task = Task.from_json(task_json)
+    env = Environment(Config(cfg_dict, source="the tuner's configuration"))
     with env:
-        t = task.space.tiling(knobs)
-        sch = task.space.layer(task.workload, t, env, task.acc_operands, shift)
-        mod = vta.build(sch, target=measurement_target(env))
+        t = task.op.tiling_from_knobs(knobs)
+        sch = task.op.scheduled(task.workload, t, env, task.acc_operands, shift)
+        mod = build(sch, target=measurement_target(env))
         mod.export_library(path)
     return time.perf_counter() - t0
 
@@ -120,7 +117,7 @@ class Builder:
         path = str(self.dir / f"cand_{os.getpid()}_{self._n}_{time.monotonic_ns()}.tar")
         t0 = time.perf_counter()
         fut = self.pool.submit(build_candidate, task.to_json(), knobs, config.cfg_dict, shift, path,
-                               type(task.space).__module__)
+                               type(task.op).__module__)
         try:
             secs = fut.result()
             return path, None, secs
@@ -191,7 +188,8 @@ class RPCMeasure:
     Args:
         tracker: the tracker's ``(host, port)``.
         key: the key the servers registered under.
-        n_parallel: measurements in flight (default: the servers registered under the key).
+        n_parallel: measurements in flight; default: one per server registered under the key, counting the
+            servers that register while tuning runs (up to ``max_parallel``).
         timeout: seconds one run may take (the session's limit, enforced by the server).
         priority: the tracker's request priority.
         module_loader: ``module_loader(remote, env)`` runs before each measurement (default:
@@ -200,6 +198,7 @@ class RPCMeasure:
         wait_for_servers: seconds to wait at the start for ``n_parallel`` servers.
         request_timeout: how long to wait for a free server (default: 3 x ``timeout``, at least 10
             minutes).
+        max_parallel: the most measurements in flight when ``n_parallel`` follows the servers.
 
     Raises:
         MeasureError: (from :func:`tune`) the tracker cannot be reached, no server is registered under
@@ -214,8 +213,10 @@ class RPCMeasure:
     def __init__(self, tracker: tuple[str, int] = ("127.0.0.1", 9190), key: str = "tsim",
                  n_parallel: int | None = None, timeout: float = 300.0, priority: int = 1,
                  module_loader=default_module_loader, wait_for_servers: float = 0.0,
-                 request_timeout: float | None = None):
+                 request_timeout: float | None = None, max_parallel: int = 16):
         self.tracker = (str(tracker[0]), int(tracker[1]))
+        self.follows_servers = n_parallel is None    # more measurements in flight as servers register
+        self.max_parallel = max(1, int(max_parallel))
         self.request_timeout = request_timeout
         self.key = key
         self.n_parallel = n_parallel

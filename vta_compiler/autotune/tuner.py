@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..environment import Environment, get_env
+from ..tiling import Knob, LayerData, Task
+from ..tiling.records import History, Record, append_record, config_hash, read_records
 from .measure import Builder, MeasureResult, TsimMeasure
-from .records import History, Record, append_record, config_hash, read_records
-from .space import Knob, LayerData
-from .task import Task
 
 #: trials that follow the cost model's ranking before the learned model joins in
 WARMUP = 4
@@ -55,7 +54,7 @@ class TaskState:
     since_best: int = 0
 
     def __post_init__(self):
-        self.keys = [_knobs_key(self.task.space.knob_values(t)) for t in self.candidates]
+        self.keys = [_knobs_key(self.task.op.knob_values(t)) for t in self.candidates]
         self.index_of = {k: i for i, k in enumerate(self.keys)}
         self.lock = threading.Lock()
         self.trial_of: dict[int, int] = {}        # candidate in flight -> its trial number (proposal order)
@@ -87,7 +86,7 @@ class Search:
 
     def _features(self, st: TaskState) -> np.ndarray:
         if st.features is None:
-            sp, w = st.task.space, st.task.workload
+            sp, w = st.task.op, st.task.workload
             f = np.array([sp.features(w, t, self.env, st.knobs) for t in st.candidates], dtype=np.float64)
             mu, sd = f.mean(axis=0), f.std(axis=0)
             sd[sd == 0] = 1.0
@@ -270,133 +269,175 @@ def tune(tasks: list[Task], log: str | os.PathLike[str], measure=None, trials: i
 
 def _tune(tasks, log, measure, menv, trials, early_stopping, n_builders, build_timeout, seed, progress,
           stream) -> TuneResult:
-    t_start = time.perf_counter()
-    cfg_hash = config_hash(menv.config)
-    old, report = read_records(log)
-    hist = History(old, cfg_hash, log)
-    search = Search(menv, seed)
-    states = []
-    for i, task in enumerate(tasks):
-        sp = task.space
-        cands = sp.candidates(task.workload, menv, task.acc_operands)
-        st = TaskState(task, i, trials, cands, sp.knobs(task.workload, menv))
-        st.records = list(hist.records(task))
-        st.next_trial = 1 + max([r.trial for r in st.records if r.trial is not None], default=len(st.records) - 1)
-        best = st.best()
-        if best is not None:                       # resumed: trials since the best count for early stopping
-            st.since_best = len(st.records) - 1 - max(k for k, r in enumerate(st.records) if r is best)
-        states.append(st)
-    peak = menv.BATCH * menv.BLOCK_IN * menv.BLOCK_OUT
-    prog = Progress(states, peak, stream, progress)
-    other = report.records - len(hist)
-    prog.note(f"tuning {len(tasks)} task(s) on {measure.device} x{measure.n_parallel} ({menv.MODEL}, hardware "
-              f"config {cfg_hash}); log {log}: {len(hist)} record(s) resumed"
-              + (f", {other} of other configurations ignored" if other else "")
-              + (f", {report.skipped} unreadable line(s) skipped" if report.skipped else ""))
+    return _Tuning(tasks, log, measure, menv, trials, early_stopping, n_builders, seed, progress, stream) \
+        .run(build_timeout)
 
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-    measured = [0]
-    stop = threading.Event()
 
-    def finish_if_done(st: TaskState) -> None:
+class _Tuning:
+    """One call of :func:`tune`: the tasks' states, the slots that measure, the log."""
+
+    def __init__(self, tasks, log, measure, menv, trials, early_stopping, n_builders, seed, progress, stream):
+        self.t_start = time.perf_counter()
+        self.tasks, self.log, self.measure, self.menv = tasks, log, measure, menv
+        self.early_stopping, self.n_builders, self.seed = early_stopping, n_builders, seed
+        self.cfg_hash = config_hash(menv.config)
+        old, report = read_records(log)
+        hist = History(old, self.cfg_hash, log)
+        self.search = Search(menv, seed)
+        self.states = []
+        for i, task in enumerate(tasks):
+            op = task.op
+            st = TaskState(task, i, trials, op.candidates(task.workload, menv, task.acc_operands),
+                           op.knobs(task.workload, menv))
+            st.records = list(hist.records(task))
+            st.next_trial = 1 + max([r.trial for r in st.records if r.trial is not None],
+                                    default=len(st.records) - 1)
+            best = st.best()
+            if best is not None:                       # resumed: trials since the best count for early stopping
+                st.since_best = len(st.records) - 1 - max(k for k, r in enumerate(st.records) if r is best)
+            self.states.append(st)
+        self.progress = Progress(self.states, menv.BATCH * menv.BLOCK_IN * menv.BLOCK_OUT, stream, progress)
+        other = report.records - len(hist)
+        self.progress.note(
+            f"tuning {len(tasks)} task(s) on {measure.device} x{measure.n_parallel} ({menv.MODEL}, hardware "
+            f"config {self.cfg_hash}); log {log}: {len(hist)} record(s) resumed"
+            + (f", {other} of other configurations ignored" if other else "")
+            + (f", {report.skipped} unreadable line(s) skipped" if report.skipped else ""))
+        self.lock = threading.Lock()
+        self.errors: list[BaseException] = []
+        self.measured = 0
+        self.first_start: float | None = None       # the first candidate's build
+        self.last_result: float | None = None
+        self.stop = threading.Event()
+        self.builder: Builder | None = None
+
+    def stale(self, st: TaskState) -> bool:
+        return self.early_stopping is not None and st.since_best >= self.early_stopping
+
+    def finish_if_done(self, st: TaskState) -> None:
         if st.finished or st.inflight:
             return
-        exhausted = st.remaining() <= 0 or len(st.measured) >= len(st.candidates)
-        stale = early_stopping is not None and st.since_best >= early_stopping
-        if exhausted or stale:
+        if st.remaining() <= 0 or len(st.measured) >= len(st.candidates) or self.stale(st):
             st.finished = True
-            prog.done(st)
+            self.progress.done(st)
 
-    def next_job():
-        with lock:
-            for st in states:
+    def next_job(self):
+        """(state, candidate index) to measure, (state, None) when a task's data must be made first, or
+        (None, None) when nothing can start now."""
+        with self.lock:
+            for st in self.states:
                 if st.finished:
                     continue
                 if st.data is None and st.remaining() > 0:
                     return st, None                         # its data first (outside the lock)
-                i = search.propose(st) if not (early_stopping is not None and st.since_best >= early_stopping) \
-                    else None
+                i = None if self.stale(st) else self.search.propose(st)
                 if i is not None:
                     st.inflight.add(i)
                     st.trial_of[i] = st.next_trial
                     st.next_trial += 1
-                    if not st.started:
-                        st.started = time.perf_counter()
+                    now = time.perf_counter()
+                    st.started = st.started or now
+                    self.first_start = self.first_start or now
                     return st, i
-                finish_if_done(st)
+                self.finish_if_done(st)
             return None, None
 
-    builder = Builder(n_builders or measure.n_parallel, build_timeout,
-                      tempfile.mkdtemp(prefix="vta_tune_build_"))
+    def measure_one(self, st: TaskState, i: int) -> None:
+        op, menv = st.task.op, self.menv
+        t = st.candidates[i]
+        knobs = op.knob_values(t)
+        path, err, build_s = self.builder.build(st.task, knobs, menv.config, st.data.shift)
+        if err is None:
+            res = self.measure.run(path, st.data, op.unpack, menv)
+            res.build_s = build_s
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+        else:
+            res = MeasureResult(None, err, build_s=build_s)
+        rec = Record(st.task, knobs, res.cycles, res.error, self.cfg_hash, menv.MODEL, self.measure.device,
+                     op.estimate(st.task.workload, t, menv), res.stats, res.build_s, res.run_s, server=res.server,
+                     trial=st.trial_of.pop(i))
+        with self.lock:
+            append_record(self.log, rec)
+            prev = st.best()
+            st.records.append(rec)
+            st.inflight.discard(i)
+            self.measured += 1
+            self.last_result = time.perf_counter()
+            improved = rec.ok and (prev is None or rec.cycles < prev.cycles)
+            st.since_best = 0 if improved else st.since_best + 1
+            self.progress.update(st, improved)
+            self.finish_if_done(st)
 
-    def slot():
+    def slot(self) -> None:
         try:
-            while not stop.is_set():
-                st, i = next_job()
+            while not self.stop.is_set():
+                st, i = self.next_job()
                 if st is None:
-                    with lock:
-                        if all(s.finished for s in states):
+                    with self.lock:
+                        if all(s.finished for s in self.states):
                             return
                     time.sleep(0.2)
-                    continue
-                if i is None:
+                elif i is None:
                     with st.lock:
                         if st.data is None:
-                            st.data = st.task.space.data(st.task.workload, menv, st.task.acc_operands, seed)
-                    continue
-                t = st.candidates[i]
-                knobs = st.task.space.knob_values(t)
-                path, err, build_s = builder.build(st.task, knobs, menv.config, st.data.shift)
-                if err is None:
-                    res = measure.run(path, st.data, st.task.space.unpack, menv)
-                    res.build_s = build_s
-                    try:
-                        os.remove(path)
-                    except OSError:
-                        pass
+                            st.data = st.task.op.data(st.task.workload, self.menv, st.task.acc_operands, self.seed)
                 else:
-                    res = MeasureResult(None, err, build_s=build_s)
-                rec = Record(st.task, knobs, res.cycles, res.error, cfg_hash, menv.MODEL, measure.device,
-                             st.task.space.estimate(st.task.workload, t, menv), res.stats, res.build_s, res.run_s,
-                             server=res.server, trial=st.trial_of.pop(i))
-                with lock:
-                    append_record(log, rec)
-                    prev = st.best()
-                    st.records.append(rec)
-                    st.inflight.discard(i)
-                    measured[0] += 1
-                    improved = rec.ok and (prev is None or rec.cycles < prev.cycles)
-                    st.since_best = 0 if improved else st.since_best + 1
-                    prog.update(st, improved)
-                    finish_if_done(st)
+                    self.measure_one(st, i)
         except BaseException as exc:      # noqa: BLE001 (re-raised by tune)
-            errors.append(exc)
-            stop.set()
+            self.errors.append(exc)
+            self.stop.set()
 
-    n_slots = measure.n_parallel + (n_builders or measure.n_parallel)
-    threads = [threading.Thread(target=slot, name=f"vta-tune-{k}", daemon=True) for k in range(n_slots)]
-    try:
-        for th in threads:
+    def add_slots(self, n: int) -> None:
+        for _ in range(n):
+            th = threading.Thread(target=self.slot, name=f"vta-tune-{len(self.threads)}", daemon=True)
+            self.threads.append(th)
             th.start()
-        for th in threads:
-            while th.is_alive():
-                th.join(0.5)
-    except KeyboardInterrupt:
-        stop.set()
-        raise
-    finally:
-        builder.close()
-    if errors:
-        raise errors[0]
-    for st in states:
-        if not st.finished:
-            st.finished = True
-            prog.done(st)
-    elapsed = time.perf_counter() - t_start
-    prog.note(f"tuned {len(tasks)} task(s): {measured[0]} measurement(s) in {elapsed:.0f} s")
-    return TuneResult(tasks, [st.best() for st in states], [st.records for st in states], measured[0], elapsed,
-                      elapsed, measure.device, cfg_hash)
+
+    def follow_servers(self, measuring: int) -> int:
+        """More slots when servers have registered under the key since the last look (``RPCMeasure`` without
+        ``n_parallel``); returns the servers now used."""
+        try:
+            n = min(self.measure.servers(), self.measure.max_parallel)
+        except (OSError, RuntimeError):
+            return measuring                      # the tracker is busy or gone: the sessions will say
+        if n > measuring and not all(s.finished for s in self.states):
+            self.add_slots(2 * (n - measuring))   # one measuring and one building per new server
+            self.progress.note(f"{n - measuring} more {self.measure.device} server(s) registered: {n} measuring")
+            return n
+        return measuring
+
+    def run(self, build_timeout: float) -> TuneResult:
+        n_par = self.measure.n_parallel
+        follow = getattr(self.measure, "follows_servers", False)
+        builders = self.n_builders or (self.measure.max_parallel if follow else n_par)
+        self.builder = Builder(builders, build_timeout, tempfile.mkdtemp(prefix="vta_tune_build_"))
+        self.threads: list[threading.Thread] = []
+        measuring, looked = n_par, time.monotonic()
+        try:
+            self.add_slots(n_par + (self.n_builders or n_par))
+            while alive := [th for th in self.threads if th.is_alive()]:
+                alive[0].join(0.5)
+                if follow and time.monotonic() - looked > 2.0:
+                    measuring, looked = self.follow_servers(measuring), time.monotonic()
+        except KeyboardInterrupt:
+            self.stop.set()
+            raise
+        finally:
+            self.builder.close()
+        if self.errors:
+            raise self.errors[0]
+        for st in self.states:
+            if not st.finished:
+                st.finished = True
+                self.progress.done(st)
+        elapsed = time.perf_counter() - self.t_start
+        measuring = (self.last_result - self.first_start) if self.first_start and self.last_result else 0.0
+        self.progress.note(f"tuned {len(self.tasks)} task(s): {self.measured} measurement(s) in {elapsed:.0f} s")
+        return TuneResult(self.tasks, [st.best() for st in self.states], [st.records for st in self.states],
+                          self.measured, elapsed, measuring, self.measure.device, self.cfg_hash)
 
 
 def efficiency(record: Record, macs: int, env: Environment) -> float:

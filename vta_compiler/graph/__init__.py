@@ -2,7 +2,8 @@
 
 ```python
 mod, params = graph.from_onnx(onnx.load("model.onnx"))        # or relax.frontend.nn's export_tvm
-qmod = graph.quantize(mod, params, calibration=[x0, x1])       # or global_scale=8.0
+qmod = graph.quantize(mod, params, calibration=[x0, x1])       # or global_scale=8.0; calibrate="mse", ...
+print(graph.sensitivity(mod, params, [x0, x1]))                # accuracy lost by each layer alone in int8
 pmod = graph.graph_pack(qmod)                                  # VTA layers in packed layouts
 print(graph.placement(pmod))                                   # each op: VTA or CPU, and why
 ex = graph.build(pmod)
@@ -12,11 +13,15 @@ vm = relax.VirtualMachine(ex, [tvm.cpu(), tvm.ext_dev(0)])
 
 from __future__ import annotations
 
-from .build import GRAPH_PIPELINE, Placement, build, placement
+from .build import GRAPH_PIPELINE, build
 from .frontend import from_onnx
 from .ir import GraphError
-from .pack import PATTERNS, graph_pack
-from .quantize import QuantizationError, layer_outputs, probe, quantize
+from .match import patterns
+from .pack import graph_pack
+from .quantize import QuantizationError, fewest_float_layers, layer_outputs, probe, quantize, sensitivity
+from .report import Placement, placement
+from .sensitivity import Sensitivity, agreement
 
-__all__ = ["GRAPH_PIPELINE", "PATTERNS", "GraphError", "Placement", "QuantizationError", "build", "from_onnx",
-           "graph_pack", "layer_outputs", "placement", "probe", "quantize"]
+__all__ = ["GRAPH_PIPELINE", "GraphError", "Placement", "QuantizationError", "Sensitivity", "agreement", "build",
+           "fewest_float_layers", "from_onnx", "graph_pack", "layer_outputs", "patterns", "placement", "probe",
+           "quantize", "sensitivity"]

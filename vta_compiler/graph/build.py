@@ -18,11 +18,9 @@ allocator of each device recycles the buffers instead.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import tempfile
-from dataclasses import dataclass
 
 import tvm
 from tvm import relax, tirx
@@ -111,56 +109,3 @@ def build(pmod: tvm.IRModule, env: Environment | None = None) -> relax.VMExecuta
             raise _host_mismatch(target, source)
         ex.__dict__["jit"] = jit
     return ex
-
-
-@dataclass
-class Placement:
-    """Where each operator of a packed network runs, and why not on VTA."""
-    model: str
-    rows: list[dict]
-
-    @property
-    def vta_macs(self) -> int:
-        return sum(r["macs"] for r in self.rows if r["device"] == "VTA")
-
-    @property
-    def total_macs(self) -> int:
-        return sum(r["macs"] for r in self.rows)
-
-    @property
-    def vta_share(self) -> float:
-        """Fraction of the network's multiply-accumulates that run on VTA."""
-        return self.vta_macs / self.total_macs if self.total_macs else 0.0
-
-    @property
-    def vta_rows(self) -> list[dict]:
-        return [r for r in self.rows if r["device"] == "VTA"]
-
-    def summary(self) -> str:
-        n_vta = len(self.vta_rows)
-        return (f"{n_vta} ops on VTA ({self.vta_macs / 1e6:.1f} of {self.total_macs / 1e6:.1f} M MACs, "
-                f"{100 * self.vta_share:.2f}%), {len(self.rows) - n_vta} on the CPU ({self.model})")
-
-    def __str__(self) -> str:
-        head = ("#", "op", "name", "device", "layout", "MACs", "why not VTA / note")
-        lines = [head]
-        for k, r in enumerate(self.rows):
-            note = r["note"] if r["device"] == "CPU" else (r.get("note") or r.get("kernel", ""))
-            lines.append((str(k), r["op"], r["name"], r["device"], r["layout"],
-                          f"{r['macs']:,}" if r["macs"] else "", note))
-        widths = [max(len(row[i]) for row in lines) for i in range(len(head) - 1)]
-        out = []
-        for row in lines:
-            out.append("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
-        return "\n".join(out + [self.summary()])
-
-    __repr__ = __str__
-
-
-def placement(pmod: tvm.IRModule) -> Placement:
-    """The placement table of a packed network: each op, VTA or CPU, and why not VTA."""
-    f = pmod["main"]
-    if f.attrs is None or "vta.placement" not in f.attrs:
-        raise GraphError("placement() expects the result of graph.graph_pack")
-    data = json.loads(str(f.attrs["vta.placement"]))
-    return Placement(data["model"], data["rows"])

@@ -1,5 +1,8 @@
 """Importing networks: ONNX and ``relax.frontend.nn``, parameters bound, batch norm folded.
 
+``from_onnx`` takes models as other tools export them (``onnx_import`` prepares them for TVM's importer:
+outputs chosen, shapes fixed and inferred, constants folded, unconvertible nodes named).
+
 ``from_onnx(model)`` returns ``(mod, params)`` like TVM's importer with ``keep_params_in_input``:
 the weights are parameters of ``main`` and ``params`` maps their names to numpy arrays. A module
 exported from ``relax.frontend.nn`` (``model.export_tvm(spec)``) comes with a list of
@@ -22,16 +25,25 @@ from tvm import relax, tirx
 from .ir import GraphError
 
 
-def from_onnx(model, shape_dict: dict[str, list[int]] | None = None, opset: int | None = None):
-    """Import an ONNX model: ``(mod, params)`` with the weights as ``main``'s trailing parameters.
+def from_onnx(model, shape_dict: dict[str, list[int]] | None = None, opset: int | None = None, *,
+              outputs: list[str] | None = None, constants: dict[str, Any] | None = None):
+    """Import an ONNX model as exported: ``(mod, params)`` with the weights as ``main``'s trailing parameters.
 
-    ``shape_dict`` fixes input shapes (VTA compiles static shapes, so a symbolic batch must be set here).
+    ``model``: an ``onnx.ModelProto``, a path or the file's bytes. ``shape_dict`` fixes the inputs'
+    dynamic dimensions (VTA compiles static shapes; an input left dynamic is refused with the
+    ``shape_dict`` to pass). ``outputs`` keeps the part of the graph that computes these tensors (any
+    node's output), to leave label or post-processing outputs (``ZipMap``, ``ArrayFeatureExtractor``) or
+    an operator the importer cannot convert (``LSTM``) to the CPU. ``constants`` fixes inputs that
+    select a mode (a sample rate an ``If`` branches on). Shapes are inferred and constants folded
+    (onnxscript's optimizer, then onnxsim) before TVM's importer; a node it cannot convert is named in the error.
+    See ``onnx_import``.
     """
     try:
-        from tvm.relax.frontend.onnx import from_onnx as _from_onnx
+        import onnx  # noqa: F401
     except ImportError as exc:   # pragma: no cover - onnx is a dependency
         raise ImportError("graph.from_onnx needs the onnx package: pip install onnx") from exc
-    mod = _from_onnx(model, shape_dict=shape_dict, opset=opset, keep_params_in_input=True)
+    from .onnx_import import import_onnx
+    mod = import_onnx(model, shape_dict, opset, outputs, constants)
     func = mod["main"]
     names = [p.name for p in func.params[_num_inputs(func):]]
     values = func.attrs["params"] if func.attrs is not None and "params" in func.attrs else []
@@ -105,6 +117,23 @@ class _BoundCalls(relax.PyExprMutator):
         return call
 
 
+def _refuse_te_calls(mod: tvm.IRModule, func: relax.Function) -> None:
+    """The function is taken out of its module from here on, so a ``call_tir`` of one of the module's
+    PrimFuncs (a TE function an importer wrote, such as TVM's ONNX ``Flip`` or ``Tile``) has nothing to call."""
+    names = []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.call_tir" and \
+                isinstance(e.args[0], relax.GlobalVar) and e.args[0].name_hint not in names:
+            names.append(e.args[0].name_hint)
+    relax.analysis.post_order_visit(func, visit)
+    if names:
+        raise GraphError(f"the network calls TE functions of its module ({', '.join(names)}: TVM's importer wrote "
+                         "these operators as TIR, not as Relax operators); the VTA flow reads Relax operators "
+                         "only: cut the model before them (graph.from_onnx(..., outputs=[...])) and run the rest "
+                         "on the CPU")
+
+
 def bind_params(mod: tvm.IRModule, params: Any) -> relax.Function:
     """``main`` with its weight parameters replaced by constants; only the network inputs remain.
 
@@ -116,6 +145,7 @@ def bind_params(mod: tvm.IRModule, params: Any) -> relax.Function:
     func = mod[name]
     if any(isinstance(f, tirx.PrimFunc) for f in mod.functions.values()):
         func = _BoundCalls(mod).visit_expr(func)
+        _refuse_te_calls(mod, func)
     n_in = _num_inputs(func)
     weights = func.params[n_in:]
     if params is None:

@@ -16,11 +16,11 @@ import numpy as np
 
 from ..build_module import build, build_config
 from ..environment import Environment, get_env
+from ..reference import calibrated_shift, conv2d_accumulators, dense_accumulators, inside_fraction, requantize
 from ..top import conv2d as C
 from ..top import dense as D
 from ..top import packing as P
 from . import simulator
-from .reference import calibrated_shift, conv2d_accumulators, dense_accumulators, inside_fraction, requantize
 
 
 @dataclass
@@ -131,14 +131,16 @@ def run_conv2d(wkl: C.Conv2DWorkload, tiling: C.Conv2DTiling | None = None, seed
                     shift, clip, first_s, call)
 
 
-def run_dense(batch: int, in_features: int, out_features: int, tiling: D.DenseTiling | None = None, seed: int = 0,
-              name: str = "dense", env: Environment | None = None, shift: int | None = None, bias: bool = True,
+def run_dense(wkl: D.DenseWorkload, tiling: D.DenseTiling | None = None, seed: int = 0, name: str = "dense",
+              env: Environment | None = None, shift: int | None = None, bias: bool = True,
               clip: tuple[int, int] | None = (0, 127), debug_flag: int = 0, repeat: int = 0,
               build_kwargs: dict | None = None, mock: tuple[str, ...] = ()) -> LayerRun:
-    """``int8(clip((x @ w.T + bias) >> shift))`` built, run and compared with numpy; ``shift``/``clip``/``repeat``
-    as in :func:`run_conv2d`."""
+    """``int8(clip((x @ w.T + bias) >> shift))`` built, run and compared with numpy; ``wkl`` a ``DenseWorkload``
+    (or a ``(batch, in_features, out_features)`` tuple); ``shift``/``clip``/``repeat`` as in :func:`run_conv2d`."""
     env = env or get_env()
-    tiling = tiling or D.dense_tiling(batch, in_features, out_features, env)
+    wkl = D.DENSE.workload(wkl)
+    batch, in_features, out_features = wkl.batch, wkl.in_features, wkl.out_features
+    tiling = tiling or D.dense_tiling(wkl, env)
     rng = np.random.default_rng(seed)
     x = rng.integers(-128, 128, (batch, in_features), dtype=np.int8)
     w = rng.integers(-128, 128, (out_features, in_features), dtype=np.int8)
@@ -146,7 +148,7 @@ def run_dense(batch: int, in_features: int, out_features: int, tiling: D.DenseTi
     acc = dense_accumulators(x, w, b)
     shift = calibrated_shift(acc, clip) if shift is None else shift
     t0 = time.perf_counter()
-    func = D.dense_layer(batch, in_features, out_features, env, shift=shift, bias=bias, clip=clip)
+    func = D.dense_layer(wkl, env, shift=shift, bias=bias, clip=clip)
     sch = D.schedule_dense_packed(func, tiling, env=env, mock=mock)
     with build_config(debug_flag=debug_flag, **(build_kwargs or {})):
         mod = build(sch)

@@ -103,7 +103,7 @@ def run_group_conv2d(wkl: G.GroupConv2DWorkload, tiling: G.GroupConv2DTiling | N
     build_s = time.perf_counter() - t0
 
     xpk = P.pack_nchw(x, env.BATCH, env.BLOCK_IN)
-    wpk = G.pack_group_conv2d_kernel(w, wkl.groups, env.BLOCK_OUT, env.BLOCK_IN)
+    wpk = G.pack_group_conv2d_kernel(w, wkl, env)
     args = [xpk, wpk] + _per_channel_args(b, shifts, wkl.batch, env)
     out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, wkl.out_height, wkl.out_width, env.BATCH,
                  env.BLOCK_OUT)
@@ -147,7 +147,7 @@ def run_conv2d_transpose(wkl: CT.Conv2DTransposeWorkload, tiling: CT.Conv2DTilin
     build_s = time.perf_counter() - t0
 
     xpk = P.pack_nchw(x, env.BATCH, env.BLOCK_IN)
-    wpk = CT.pack_conv2d_transpose_kernel(w, wkl, env.BLOCK_OUT, env.BLOCK_IN)
+    wpk = CT.pack_conv2d_transpose_kernel(w, wkl, env)
     args = [xpk, wpk] + _per_channel_args(b, shifts, wkl.batch, env)
     out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, wkl.out_height, wkl.out_width, env.BATCH,
                  env.BLOCK_OUT)

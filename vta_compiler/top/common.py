@@ -90,17 +90,3 @@ def mock_names(env: Environment, mock) -> tuple[str, str, str, str]:
     m = env.mock
     return (m.dma_copy if "dma" in mock else env.dma_copy, m.alu if "alu" in mock else env.alu,
             m.gemm if "gemm" in mock else env.gemm, m.gemm_reset if "gemm" in mock else env.gemm_reset)
-
-
-def chunk_cycles(loads: float, gemms: float, threads: int, pipelined: bool, h_threads: int) -> float:
-    """Cycles of one input chunk of a tile, given the load and GEMM cycles of all its threads together.
-
-    A tile shared by several virtual threads is reloaded only after all of their GEMMs, so with threads
-    alone (chunks not pipelined) loads and GEMMs hardly overlap; two chunks in flight (``vta.pipeline``)
-    overlap them, except that threads over rows then share the weight tile and serialise again in part.
-    Calibrated on tsim (group and transposed convolutions)."""
-    if pipelined:
-        return max(loads, gemms) + (min(loads, gemms) / 2 if h_threads > 1 else 0)
-    if threads > 1:
-        return max(loads, gemms) + min(loads, gemms)
-    return loads + gemms

@@ -1,4 +1,4 @@
-"""``conv2d_packed``: 2-D convolution in VTA's packed layouts, its schedule and its tiling.
+"""``conv2d``: 2-D convolution in VTA's packed layouts, its schedule and its tiling space.
 
 Layouts (spec 5.6): data ``(N/B, CI/BI, H, W, B, BI)`` int8, kernel ``(CO/BO, CI/BI, KH, KW, BO, BI)``
 int8, result ``(N/B, CO/BO, OH, OW, B, BO)`` int32. Zero padding is a ``pad`` stage that the
@@ -12,27 +12,30 @@ chunks of ``tile_ci`` blocks. Weights are loaded per chunk (``wgt_at="ko"``) or,
 of a whole channel tile fit the WGT buffer, once per channel tile (``wgt_at="co"``) so that they
 are not reloaded for every spatial tile. With ``ko_nthread=2`` two chunks are in flight (the chunk
 loop is pipelined like a virtual thread), so the next chunk loads while this one computes.
-``conv2d_tiling`` chooses all of this from the shape
-and the buffer sizes with a small cost model (DRAM traffic, exposed load latency, ALU work).
+``conv2d_tiling`` takes the best measured tiling, else the cost model's choice among every tiling of
+the knobs (``vta_compiler.top.conv_family``).
+
+In a network, a first layer with few input channels (ResNet's 7x7 conv on 3 channels uses 3 of 16
+input lanes) is *folded*: the kernel's columns move into the channels (``C x KW`` channels, a ``KH x 1``
+kernel with stride 1 along W), computed by one host transform of the input image.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from dataclasses import dataclass
 
-from tvm import s_tir, te, topi
+import numpy as np
+from tvm import relax, s_tir, te, topi
+from tvm.relax.dpl import is_const, is_op, wildcard
 
 from ..environment import Environment, get_env
+from ..reference import conv2d_accumulators
+from ..tiling import Knob, Offload, Operator, register, with_workload
 from ..transform.common import VTACompileError
-from ..transform.uop import kernel_uop_budget
 from ..transform.vthread import PIPELINE
-from .common import attach_epilogue, divisors, epilogue, find_blocks, mock_names, pragma
-from .tuned import tuned_tiling
-
-#: weight of DRAM traffic (in bus cycles) in the tiling cost, on top of the exposed latencies
-TRAFFIC_WEIGHT = 0.5
+from . import conv_family as F
+from . import packing as P
+from .common import divisors, epilogue, find_blocks, mock_names
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,210 @@ def conv2d_packed(data: te.Tensor, kernel: te.Tensor, padding: tuple[int, int], 
         name=name, tag="conv2d_dense")
 
 
+class Conv2D(Operator):
+    """2-D convolution with one group (``relax.nn.conv2d``, ``groups=1``)."""
+
+    kind = "conv2d"
+    workload_type = Conv2DWorkload
+    tiling_type = Conv2DTiling
+    relax_ops = ("relax.nn.conv2d",)
+
+    def describe(self, w) -> str:
+        return (f"conv2d {w.height}x{w.width} {w.in_filter}->{w.out_filter} {w.hkernel}x{w.wkernel} "
+                f"s{w.hstride}" + (f"x{w.wstride}" if w.wstride != w.hstride else ""))
+
+    def kernel_name(self, w) -> str:
+        return f"{w.height}x{w.width}_{w.in_filter}to{w.out_filter}_k{w.hkernel}x{w.wkernel}_s{w.hstride}"
+
+    def blocks(self, wkl, env: Environment) -> tuple[int, int]:
+        """(input, output) channel blocks; input channels are zero-padded to the block."""
+        return padded_channels(wkl.in_filter, env.BLOCK_IN) // env.BLOCK_IN, wkl.out_filter // env.BLOCK_OUT
+
+    def issued_macs(self, wkl, env: Environment) -> int:
+        return wkl.batch * wkl.out_filter * wkl.out_height * wkl.out_width * \
+            padded_channels(wkl.in_filter, env.BLOCK_IN) * wkl.hkernel * wkl.wkernel
+
+    def shape_refusal(self, wkl, env: Environment) -> str | None:
+        if wkl.batch % env.BATCH or wkl.out_filter % env.BLOCK_OUT:
+            return (f"batch {wkl.batch} and output channels {wkl.out_filter} must be multiples of BATCH={env.BATCH} "
+                    f"and BLOCK_OUT={env.BLOCK_OUT}")
+        return None
+
+    # ---------------------------------------------------------------------------------------- compute
+    def compute(self, wkl, env=None, *, shift=8, bias=True, clip=(0, 127), channel_shift=False):
+        env = env or get_env()
+        reason = self.shape_refusal(wkl, env)
+        if reason:
+            raise VTACompileError(f"conv2d: {reason}")
+        bb, bi, bo = env.BATCH, env.BLOCK_IN, env.BLOCK_OUT
+        ci = padded_channels(wkl.in_filter, bi)
+        data = te.placeholder((wkl.batch // bb, ci // bi, wkl.height, wkl.width, bb, bi), env.inp_dtype, name="data")
+        kernel = te.placeholder((wkl.out_filter // bo, ci // bi, wkl.hkernel, wkl.wkernel, bo, bi), env.wgt_dtype,
+                                name="kernel")
+        conv = conv2d_packed(data, kernel, (wkl.hpad, wkl.wpad), (wkl.hstride, wkl.wstride), env.acc_dtype)
+        args = [data, kernel]
+        b = None
+        per_channel = (wkl.batch // bb, wkl.out_filter // bo, 1, 1, bb, bo)
+        if bias:
+            b = te.placeholder(per_channel, env.acc_dtype, name="bias")
+            args.append(b)
+        if channel_shift:
+            shift = te.placeholder(per_channel, env.acc_dtype, name="shift")
+            args.append(shift)
+        _, res = epilogue(env, conv, b, shift, clip, lambda i: (i[0], i[1], 0, 0, i[4], i[5]))
+        return with_workload(te.create_prim_func(args + [res]), self, wkl)
+
+    # ---------------------------------------------------------------------------------------- tiling space
+    def knobs(self, wkl, env):
+        cib, cob = self.blocks(wkl, env)
+        return [Knob("tile_co", tuple(divisors(cob))), Knob("tile_h", tuple(divisors(wkl.out_height))),
+                Knob("tile_w", tuple(divisors(wkl.out_width))), Knob("tile_ci", tuple(divisors(cib))),
+                Knob("oc_nthread", F.THREADS), Knob("h_nthread", F.THREADS), Knob("wgt_at", F.WGT_AT),
+                Knob("ko_nthread", F.CHUNKS_IN_FLIGHT)]
+
+    def check(self, wkl, t, env):
+        cib, cob = self.blocks(wkl, env)
+        return check_tiling(t, cob, wkl.out_height, wkl.out_width, cib)
+
+    def shape(self, wkl, t, env: Environment) -> F.TileShape:
+        cib, cob = self.blocks(wkl, env)
+        kh, kw = wkl.hkernel, wkl.wkernel
+        th = t.tile_h // t.h_nthread
+        th_in, tw_in = (th - 1) * wkl.hstride + kh, (t.tile_w - 1) * wkl.wstride + kw
+        loops = (cob // t.tile_co, wkl.batch // env.BATCH, wkl.out_height // t.tile_h, wkl.out_width // t.tile_w)
+        return F.TileShape(
+            inp_chunk=t.tile_ci * th_in * tw_in * t.h_nthread, wgt_chunk=t.tile_co * t.tile_ci * kh * kw,
+            wgt_tile=t.tile_co * cib * kh * kw, wgt_layer=cob * cib * kh * kw,
+            gemm_chunk=t.tile_co * t.tile_h * t.tile_w * t.tile_ci * kh * kw,
+            acc_elems=t.tile_co * t.tile_h * t.tile_w, acc_per_operand=t.tile_co, chunks=cib // t.tile_ci,
+            out_tiles=loops[0], spatial_tiles=loops[1] * loops[2] * loops[3], oc_threads=t.oc_nthread,
+            row_threads=t.h_nthread, chunks_in_flight=t.ko_nthread, wgt_at_co=t.wgt_at == "co",
+            uops=F.kernel_uops([t.tile_co // t.oc_nthread, th, t.tile_w, t.tile_ci, kh, kw]),
+            inp_loads=t.tile_ci, store_insns=t.tile_co // t.oc_nthread, run_tiles=F.innermost(loops),
+            inp_padding=F.padding_fraction((wkl.out_height // th, -wkl.hpad, th * wkl.hstride, th_in, wkl.height),
+                                           (wkl.out_width // t.tile_w, -wkl.wpad, t.tile_w * wkl.wstride, tw_in,
+                                            wkl.width)))
+
+    def needs(self, wkl, t, env, acc_operands=1):
+        return self.shape(wkl, t, env).needs(acc_operands)
+
+    def estimate(self, wkl, t, env):
+        return F.estimate_cycles(self.shape(wkl, t, env), env)
+
+    # ---------------------------------------------------------------------------------------- schedule
+    def schedule(self, func, tiling=None, env=None, mock=(), wkl=None):
+        env = env or get_env()
+        names = mock_names(env, mock)
+        if tiling is None:
+            wkl = wkl or self.workload_of(func)
+            if wkl is None:
+                raise VTACompileError("schedule_conv2d_packed: give a tiling, or a function made by conv2d_layer (it "
+                                      "records its workload)")
+            tiling = self.tiling(wkl, env)
+        t = tiling
+        sch = s_tir.Schedule(func)
+        conv, producers, ewise, out = find_blocks(sch, "conv2d")
+        sch.set_scope(conv, 0, env.acc_scope)
+        for b in ewise:
+            sch.set_scope(b, 0, env.acc_scope)
+
+        b, co, h, w, b_i, c_i, ko, dy, dx, k_i = sch.get_loops(conv)
+        nb, cob, oh, ow, cib = (int(sch.get(lp).extent) for lp in (b, co, h, w, ko))
+        reason = check_tiling(t, cob, oh, ow, cib)
+        if reason:
+            raise VTACompileError(f"conv2d tiling {t}: {reason}")
+        co_o, co_v, co_i = sch.split(co, [cob // t.tile_co, t.oc_nthread, t.tile_co // t.oc_nthread])
+        h_o, h_v, h_i = sch.split(h, [oh // t.tile_h, t.h_nthread, t.tile_h // t.h_nthread])
+        w_o, w_i = sch.split(w, [ow // t.tile_w, t.tile_w])
+        ko_o, ko_v, ko_i = sch.split(ko, [cib // (t.tile_ci * t.ko_nthread), t.ko_nthread, t.tile_ci])
+        sch.reorder(co_o, b, h_o, w_o, co_v, h_v, ko_o, ko_v, co_i, h_i, w_i, ko_i, dy, dx, b_i, c_i, k_i)
+        if t.ko_nthread > 1:
+            sch.annotate(ko_v, PIPELINE, 1)
+        attach = h_v
+        if t.oc_nthread > 1:
+            sch.bind(co_v, "vthread.x")
+            attach = co_v
+        if t.h_nthread > 1:
+            sch.bind(h_v, "vthread.y")
+            attach = h_v
+        F.finish_schedule(sch, env, func, conv, producers, ewise, out, attach=attach, ko_o=ko_o, ko_v=ko_v,
+                          wgt_at=co_o if t.wgt_at == "co" else ko_v, lanes=(b_i, c_i), names=names)
+        return sch
+
+    # ---------------------------------------------------------------------------------------- data
+    def pack_weights(self, w, wkl, env):
+        return P.pack_oihw(P.pad_channels(P.pad_channels(w, 0, env.BLOCK_OUT), 1, env.BLOCK_IN), env.BLOCK_OUT,
+                           env.BLOCK_IN)
+
+    def pack_channels(self, v, wkl, env):
+        v = np.pad(np.asarray(v, np.int32), (0, wkl.out_filter - len(v)))
+        return P.pack_bias_conv(v, wkl.batch, env.BATCH, env.BLOCK_OUT)
+
+    def data(self, wkl, env, acc_operands, seed=0):
+        rng = np.random.default_rng(seed)
+        x, w, b = F.random_layer(rng, wkl, (wkl.out_filter, wkl.in_filter, wkl.hkernel, wkl.wkernel))
+        acc = conv2d_accumulators(x, w, b, (wkl.hstride, wkl.wstride), (wkl.hpad, wkl.wpad))
+        return F.conv_layer_data(self, wkl, env, acc_operands, rng, x, w, b, acc, self.issued_macs(wkl, env))
+
+    def unpack(self, out):
+        return P.unpack_nchw(out)
+
+    # ---------------------------------------------------------------------------------------- graphs
+    def pattern(self):
+        return is_op("relax.nn.conv2d")(wildcard(), is_const()).has_attr({"groups": 1})
+
+    def host_macs(self, out_shape, arg_shapes):
+        return int(np.prod(out_shape) * np.prod(arg_shapes[1][1:]))
+
+    def from_relax(self, attrs, x_shape, weight, out_shape, env, options):
+        reason = F.layout_refusal(attrs, ("NCHW", "OIHW")) or F.window_refusal(attrs)
+        if reason:
+            return reason
+        n, c, h, w = x_shape
+        o, _, kh, kw = weight.shape
+        (sh, sw), (pt, pl, _, _) = tuple(int(s) for s in attrs.strides), F.pads(attrs)
+        o = F.ceil_to(o, env.BLOCK_OUT)
+        bi = env.BLOCK_IN
+        if c < bi and kw > 1 and c * kw / F.ceil_to(c * kw, bi) > c / F.ceil_to(c, bi):
+            ow = (w + 2 * pl - kw) // sw + 1      # fold: kernel columns into channels
+            folded = np.ascontiguousarray(weight.transpose(0, 1, 3, 2)).reshape(weight.shape[0], c * kw, kh, 1)
+            return Offload(self, Conv2DWorkload(n, h, ow, c * kw, o, kh, 1, pt, 0, sh, 1), folded,
+                           prepare=_folding(c, w, kw, sw, pl, ow), input_shape=(n, c * kw, h, ow),
+                           note="kernel columns folded into channels")
+        return Offload(self, Conv2DWorkload(n, h, w, c, o, kh, kw, pt, pl, sh, sw), weight)
+
+
+def _folding(c: int, w: int, kw: int, sw: int, pl: int, ow: int):
+    """The host transform of a folded layer's plain input: its kernel columns moved into the channels."""
+    def prepare(x, emit, name: str, shape: tuple[int, ...]):
+        n, _, h, _ = shape
+        if pl:
+            x = emit(relax.op.nn.pad(x, [0, 0, 0, 0, 0, 0, pl, pl]), f"{name}_padw")
+        cols = [emit(relax.op.expand_dims(relax.op.strided_slice(
+            x, axes=[3], begin=[j], end=[j + sw * (ow - 1) + 1], strides=[sw]), 2)) for j in range(kw)]
+        x = emit(relax.op.concat(cols, axis=2), f"{name}_cols")
+        return emit(relax.op.reshape(x, (n, c * kw, h, ow)), name)
+    return prepare
+
+
+def check_tiling(t, cob: int, oh: int, ow: int, cib: int) -> str | None:
+    """Why the conv2d schedule refuses tiling ``t`` of a (cob, oh, ow, cib)-block output, or None."""
+    for name, n, tl in (("output channel blocks", cob, t.tile_co), ("output rows", oh, t.tile_h),
+                        ("output columns", ow, t.tile_w), ("input channel blocks", cib, t.tile_ci)):
+        if tl < 1 or n % tl:
+            return f"{tl} does not divide the {n} {name}"
+    if t.oc_nthread < 1 or t.h_nthread < 1 or t.ko_nthread < 1 or t.tile_co % t.oc_nthread or \
+            t.tile_h % t.h_nthread or (cib // t.tile_ci) % t.ko_nthread:
+        return "the virtual threads must divide the tile"
+    if t.wgt_at not in F.WGT_AT:
+        return f"wgt_at must be 'ko' or 'co', not {t.wgt_at!r}"
+    return None
+
+
+CONV2D = register(Conv2D())
+
+
+# ------------------------------------------------------------------------------------------------ public names
 def conv2d_layer(wkl: Conv2DWorkload, env: Environment | None = None, shift: int = 8, bias: bool = True,
                  clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
     """A whole layer as a PrimFunc: ``res = int8(clip((conv2d(data, kernel) + bias) >> shift))``.
@@ -125,197 +332,34 @@ def conv2d_layer(wkl: Conv2DWorkload, env: Environment | None = None, shift: int
     are rounded up to the block (C1's 3 channels become BLOCK_IN, zero-padded by the caller). With
     ``channel_shift`` the shift is a per-output-channel int32 tensor shaped like the bias.
     """
-    env = env or get_env()
-    bb, bi, bo = env.BATCH, env.BLOCK_IN, env.BLOCK_OUT
-    if wkl.batch % bb or wkl.out_filter % bo:
-        raise VTACompileError(f"conv2d: batch {wkl.batch} and output channels {wkl.out_filter} must be multiples "
-                              f"of BATCH={bb} and BLOCK_OUT={bo}")
-    ci = padded_channels(wkl.in_filter, bi)
-    data = te.placeholder((wkl.batch // bb, ci // bi, wkl.height, wkl.width, bb, bi), env.inp_dtype, name="data")
-    kernel = te.placeholder((wkl.out_filter // bo, ci // bi, wkl.hkernel, wkl.wkernel, bo, bi), env.wgt_dtype,
-                            name="kernel")
-    conv = conv2d_packed(data, kernel, (wkl.hpad, wkl.wpad), (wkl.hstride, wkl.wstride), env.acc_dtype)
-    args = [data, kernel]
-    b = None
-    per_channel = (wkl.batch // bb, wkl.out_filter // bo, 1, 1, bb, bo)
-    if bias:
-        b = te.placeholder(per_channel, env.acc_dtype, name="bias")
-        args.append(b)
-    if channel_shift:
-        shift = te.placeholder(per_channel, env.acc_dtype, name="shift")
-        args.append(shift)
-    _, res = epilogue(env, conv, b, shift, clip, lambda i: (i[0], i[1], 0, 0, i[4], i[5]))
-    func = te.create_prim_func(args + [res])
-    return func.with_attr("vta.workload", str(wkl))
-
-
-# ------------------------------------------------------------------------------------------------ tiling
-def _sizes(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling, acc_operands: int = 1):
-    """SRAM elements (inp, wgt, acc) and GEMM kernel uops of one tiling; ``acc_operands`` per-channel
-    tensors (bias, shift) share ACC with the accumulators."""
-    kh, kw, hs, ws = wkl.hkernel, wkl.wkernel, wkl.hstride, wkl.wstride
-    th, tw = t.tile_h // t.h_nthread, t.tile_w
-    th_in, tw_in = (th - 1) * hs + kh, (tw - 1) * ws + kw
-    inp = t.tile_ci * th_in * tw_in * t.h_nthread * t.ko_nthread
-    cib = padded_channels(wkl.in_filter, env.BLOCK_IN) // env.BLOCK_IN
-    wgt = t.tile_co * (cib if t.wgt_at == "co" else t.tile_ci * t.ko_nthread) * kh * kw
-    acc = t.tile_co * t.tile_h * t.tile_w + acc_operands * t.tile_co      # accumulators + bias, shift
-    loops = sorted([t.tile_co // t.oc_nthread, th, tw, t.tile_ci, kh, kw], reverse=True)
-    uops = math.prod(loops[2:])
-    return inp, wgt, acc, uops
-
-
-def fits(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling, acc_operands: int = 1) -> bool:
-    inp, wgt, acc, uops = _sizes(env, wkl, t, acc_operands)
-    return inp <= env.INP_BUFF_DEPTH and wgt <= env.WGT_BUFF_DEPTH and acc <= env.ACC_BUFF_DEPTH and \
-        uops <= kernel_uop_budget(env)
-
-
-def estimate_cycles(env: Environment, wkl: Conv2DWorkload, t: Conv2DTiling) -> float:
-    """A rough cost in cycles: per tile, chunks are pipelined when there are virtual threads; plus traffic."""
-    bus = env.AXI_DATA_BYTES
-    cib = padded_channels(wkl.in_filter, env.BLOCK_IN) // env.BLOCK_IN
-    cob, nb = wkl.out_filter // env.BLOCK_OUT, wkl.batch // env.BATCH
-    oh, ow = wkl.out_height, wkl.out_width
-    kh, kw = wkl.hkernel, wkl.wkernel
-    th = t.tile_h // t.h_nthread
-    th_in, tw_in = (th - 1) * wkl.hstride + kh, (t.tile_w - 1) * wkl.wstride + kw
-    chunks = cib // t.tile_ci
-    n_co, n_sp = cob // t.tile_co, nb * (oh // t.tile_h) * (ow // t.tile_w)
-    inp_c = t.tile_ci * th_in * tw_in * t.h_nthread * env.INP_ELEM_BYTES / bus
-    wgt_c = 0 if t.wgt_at == "co" else t.tile_co * t.tile_ci * kh * kw * env.WGT_ELEM_BYTES / bus
-    gemm_c = t.tile_co * t.tile_h * t.tile_w * t.tile_ci * kh * kw
-    threads = t.oc_nthread * t.h_nthread
-    if t.ko_nthread > 1:          # chunks double-buffered: loads hide behind the previous chunk's GEMMs
-        tile = inp_c + wgt_c + chunks * max(inp_c + wgt_c, gemm_c)
-    elif threads > 1:             # a shared tile waits for every GEMM of the chunk; the first thread's own
-        shared = inp_c if t.h_nthread == 1 else (wgt_c if t.oc_nthread == 1 else 0.5 * max(inp_c, wgt_c))
-        tile = chunks * (shared + (inp_c + wgt_c - shared) / threads + gemm_c)     # tile waits too
-    else:
-        tile = chunks * (inp_c + wgt_c + gemm_c)
-    acc_elems = t.tile_co * t.tile_h * t.tile_w
-    tile += 4 * acc_elems / threads + acc_elems * env.OUT_ELEM_BYTES / bus / threads + 40
-    total = n_co * n_sp * tile
-    wgt_bytes = cob * cib * kh * kw * env.WGT_ELEM_BYTES
-    if t.wgt_at == "co":
-        total += wgt_bytes / bus
-    else:
-        wgt_bytes *= n_sp
-    # DRAM traffic is mostly hidden behind the GEMMs, but it is shared with the host: count half of it
-    inp_bytes = n_co * n_sp * cib * th_in * tw_in * t.h_nthread * env.INP_ELEM_BYTES
-    return total + TRAFFIC_WEIGHT * (inp_bytes + wgt_bytes) / bus
+    return CONV2D.compute(wkl, env, shift=shift, bias=bias, clip=clip, channel_shift=channel_shift)
 
 
 def conv2d_tiling(wkl: Conv2DWorkload, env: Environment | None = None, acc_operands: int = 1,
                   tuned: bool = True) -> Conv2DTiling:
     """The tiling of a workload: the best measured one (``vta_compiler.autotune`` records: the active
     ``apply_history_best``, else the records shipped with the package) when ``tuned`` and there is one,
-    else the cheapest (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget
-    (``acc_operands``: per-channel epilogue tensors in ACC, 1 for a bias, 2 for a bias and a shift)."""
-    env = env or get_env()
-    if tuned:
-        best = tuned_tiling("conv2d", wkl, env, acc_operands)
-        if best is not None:
-            return best
-    cib = padded_channels(wkl.in_filter, env.BLOCK_IN) // env.BLOCK_IN
-    cob = wkl.out_filter // env.BLOCK_OUT
-    oh, ow = wkl.out_height, wkl.out_width
-    best, best_cost = None, None
-    for oc_n, h_n, ko_n in itertools.product((1, 2), (1, 2), (1, 2)):
-        for tco, th, tw, tci, wgt_at in itertools.product(divisors(cob), divisors(oh), divisors(ow), divisors(cib),
-                                                          ("ko", "co")):
-            if tco % oc_n or th % h_n or (cib // tci) % ko_n:
-                continue
-            t = Conv2DTiling(tco, th, tw, tci, oc_n, h_n, wgt_at, ko_n)
-            if not fits(env, wkl, t, acc_operands):
-                continue
-            cost = estimate_cycles(env, wkl, t)
-            if best_cost is None or cost < best_cost:
-                best, best_cost = t, cost
-    if best is None:
-        raise VTACompileError(f"conv2d {wkl}: no tiling fits the on-chip buffers of {env.MODEL}: "
-                              + _smallest_tile_needs(env, wkl))
-    return best
+    else the cheapest (by ``estimate_cycles``) of every tiling of the knobs that fits the on-chip buffers
+    and the uop budget (``acc_operands``: per-channel epilogue tensors in ACC, 1 for a bias, 2 for a bias and
+    a shift)."""
+    return CONV2D.tiling(wkl, env, acc_operands, tuned)
 
 
-def _smallest_tile_needs(env: Environment, wkl: Conv2DWorkload) -> str:
-    """What the smallest tile (one block of every loop) needs, beside each capacity it exceeds."""
-    needs = _sizes(env, wkl, Conv2DTiling())
-    limits = (env.INP_BUFF_DEPTH, env.WGT_BUFF_DEPTH, env.ACC_BUFF_DEPTH, kernel_uop_budget(env))
-    names = ("INP buffer elements", "WGT buffer elements", "ACC buffer elements", "GEMM kernel uops")
-    over = [f"{name} {need} > {limit}" for name, need, limit in zip(names, needs, limits) if need > limit]
-    return "the smallest tile (one block of every loop) needs " + ", ".join(over or ["more than fits"])
-
-
-# ------------------------------------------------------------------------------------------------ schedule
 def schedule_conv2d_packed(func, tiling: Conv2DTiling | None = None, wkl: Conv2DWorkload | None = None,
                            env: Environment | None = None, mock: tuple[str, ...] = ()) -> s_tir.Schedule:
-    """Schedule a conv2d_packed function (with any element-wise epilogue and a final int8 cast).
+    """Schedule a conv2d_packed function (with any element-wise epilogue and a final int8 cast); without a
+    ``tiling``, the workload's (read from a function made by ``conv2d_layer``; ``wkl`` is not needed).
 
     ``mock``: parts to skip ("dma", "alu", "gemm"), for GEMM-only or ALU-only measurements.
     """
-    env = env or get_env()
-    dma_copy, alu, gemm, gemm_reset = mock_names(env, mock)
-    if tiling is None:
-        if wkl is None:
-            raise VTACompileError("schedule_conv2d_packed: give a tiling or the workload to choose one")
-        tiling = conv2d_tiling(wkl, env)
-    t = tiling
-    sch = s_tir.Schedule(func)
-    conv, producers, ewise, out = find_blocks(sch, "conv2d")
-    pad = [b for b in producers]
-    sch.set_scope(conv, 0, env.acc_scope)
-    for b in ewise:
-        sch.set_scope(b, 0, env.acc_scope)
+    return CONV2D.schedule(func, tiling, env, mock, wkl=wkl)
 
-    b, co, h, w, b_i, c_i, ko, dy, dx, k_i = sch.get_loops(conv)
-    extents = [int(sch.get(lp).extent) for lp in (b, co, h, w, ko)]
-    nb, cob, oh, ow, cib = extents
-    for name, n, tl in (("output channel blocks", cob, t.tile_co), ("output rows", oh, t.tile_h),
-                        ("output columns", ow, t.tile_w), ("input channel blocks", cib, t.tile_ci)):
-        if n % tl:
-            raise VTACompileError(f"conv2d tiling {t}: {tl} does not divide the {n} {name}")
-    if t.tile_co % t.oc_nthread or t.tile_h % t.h_nthread or (cib // t.tile_ci) % t.ko_nthread:
-        raise VTACompileError(f"conv2d tiling {t}: the virtual threads must divide the tile")
-    co_o, co_v, co_i = sch.split(co, [cob // t.tile_co, t.oc_nthread, t.tile_co // t.oc_nthread])
-    h_o, h_v, h_i = sch.split(h, [oh // t.tile_h, t.h_nthread, t.tile_h // t.h_nthread])
-    w_o, w_i = sch.split(w, [ow // t.tile_w, t.tile_w])
-    ko_o, ko_v, ko_i = sch.split(ko, [cib // (t.tile_ci * t.ko_nthread), t.ko_nthread, t.tile_ci])
-    sch.reorder(co_o, b, h_o, w_o, co_v, h_v, ko_o, ko_v, co_i, h_i, w_i, ko_i, dy, dx, b_i, c_i, k_i)
-    if t.ko_nthread > 1:
-        sch.annotate(ko_v, PIPELINE, 1)
-    attach = w_o
-    if t.oc_nthread > 1:
-        sch.bind(co_v, "vthread.x")
-        attach = co_v
-    if t.h_nthread > 1:
-        sch.bind(h_v, "vthread.y")
-        attach = h_v
-    if t.h_nthread == 1 and t.oc_nthread == 1:
-        attach = h_v
 
-    # epilogue and store per tile (per thread)
-    attach_epilogue(sch, env, func, ewise, out, attach, dma_copy)
+def fits(wkl: Conv2DWorkload, t: Conv2DTiling, env: Environment | None = None, acc_operands: int = 1) -> bool:
+    """Whether tiling ``t`` fits the on-chip buffers and the uop budget."""
+    return CONV2D.fits(wkl, t, env or get_env(), acc_operands)
 
-    # input and weight tiles
-    inp = sch.cache_read(conv, 0, env.inp_scope)
-    sch.compute_at(inp, ko_v, preserve_unit_loops=True)
-    for p in pad:
-        sch.compute_inline(p)
-    wgt = sch.cache_read(conv, 1, env.wgt_scope)
-    sch.compute_at(wgt, co_o if t.wgt_at == "co" else ko_v, preserve_unit_loops=True)
 
-    init = sch.decompose_reduction(conv, ko_o)
-    if env.BATCH == 1:
-        sch.tensorize(sch.get_loops(init)[-1], gemm_reset)
-        sch.tensorize(c_i, gemm)
-    else:
-        sch.tensorize(sch.get_loops(init)[-2], gemm_reset)
-        sch.tensorize(b_i, gemm)
-
-    pragma(sch, sch.get_loops(inp)[-4], dma_copy)     # per input-channel block: rows x columns, padded
-    pragma(sch, sch.get_loops(wgt)[-6], dma_copy)     # output-channel rows x (ci, kh, kw) columns
-    for blk in ewise:
-        pragma(sch, sch.get_loops(blk)[-6], alu)
-    pragma(sch, sch.get_loops(out)[-4], dma_copy)     # per output-channel block: rows x columns
-    return sch
+def estimate_cycles(wkl: Conv2DWorkload, t: Conv2DTiling, env: Environment | None = None) -> float:
+    """The cost model's cycles of tiling ``t``."""
+    return CONV2D.estimate(wkl, t, env or get_env())

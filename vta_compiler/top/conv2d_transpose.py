@@ -29,14 +29,18 @@ import numpy as np
 import tvm
 import tvm_ffi
 from tvm import s_tir, te, tirx, topi
+from tvm.relax.dpl import is_const, is_op, wildcard
 
 from ..environment import Environment, get_env
+from ..reference import conv2d_transpose_accumulate, plus_bias
+from ..tiling import Knob, Offload, Operator, register, with_workload
 from ..transform.common import VTACompileError
-from ..transform.uop import kernel_uop_budget
 from ..transform.vthread import PIPELINE
-from .common import attach_epilogue, chunk_cycles, divisors, epilogue, find_blocks, mock_names, pragma
-from .conv2d import TRAFFIC_WEIGHT, Conv2DTiling
-from .tuned import tuned_tiling
+from . import conv_family as F
+from . import packing as P
+from .common import divisors, epilogue, find_blocks, mock_names
+from .conv2d import Conv2DTiling
+from .conv2d import check_tiling as check_conv_tiling
 
 #: conv2d_transpose uses conv2d's knobs; tile_h and tile_w (per thread) must be multiples of the stride.
 Conv2DTransposeTiling = Conv2DTiling
@@ -133,42 +137,6 @@ def _input_pads(n_in: int, n_out: int, ph: _Phase) -> tuple[int, int]:
     return max(0, -lo), max(0, hi - (n_in - 1))
 
 
-def _shape_refusal(wkl: Conv2DTransposeWorkload, env: Environment) -> str | None:
-    if wkl.batch % env.BATCH:
-        return f"batch {wkl.batch} is not a multiple of BATCH={env.BATCH}"
-    if wkl.in_filter % env.BLOCK_IN or wkl.out_filter % env.BLOCK_OUT:
-        return (f"{wkl.in_filter} input and {wkl.out_filter} output channels must be multiples of BLOCK_IN="
-                f"{env.BLOCK_IN} and BLOCK_OUT={env.BLOCK_OUT}")
-    for what, s, k, p, op, n in (("height", wkl.hstride, wkl.hkernel, wkl.hpad, wkl.hout_pad, wkl.out_height),
-                                 ("width", wkl.wstride, wkl.wkernel, wkl.wpad, wkl.wout_pad, wkl.out_width)):
-        if s < 1 or k < 1 or p < 0 or op < 0:
-            return f"stride {s}, kernel {k}, padding {p} and output padding {op} along the {what} are not valid"
-        if op >= s:
-            return f"output padding {op} must be smaller than the stride {s} (along the {what})"
-        if p >= k:
-            return f"padding {p} must be smaller than the kernel {k} (along the {what})"
-        if n < s or n % s:
-            return (f"the output {what} {n} is not a multiple of the stride {s}: VTA computes whole stride phases "
-                    "(an output padding that rounds it up makes it one)")
-    return None
-
-
-def conv2d_transpose_supported(wkl: Conv2DTransposeWorkload, env: Environment | None = None,
-                               acc_operands: int = 1) -> str | None:
-    """None if VTA can run this transposed convolution, else the reason in one sentence (``acc_operands``
-    as for ``conv2d_transpose_tiling``)."""
-    env = env or get_env()
-    reason = _shape_refusal(wkl, env)
-    if reason:
-        return reason
-    try:
-        conv2d_transpose_tiling(wkl, env, acc_operands)
-    except VTACompileError as e:
-        return str(e)
-    return None
-
-
-# ------------------------------------------------------------------------------------------------ compute
 def conv2d_transpose_packed(data: te.Tensor, kernel: te.Tensor, kernel_size: tuple[int, int],
                             out_size: tuple[int, int], padding: tuple[int, int], strides: tuple[int, int],
                             out_dtype: str = "int32", name: str = "conv2d_transpose") -> te.Tensor:
@@ -207,46 +175,14 @@ def conv2d_transpose_packed(data: te.Tensor, kernel: te.Tensor, kernel_size: tup
         name=name, tag="packed_conv2d_transpose", attrs={"vta.phase": [kh, hp, hs, kw, wp, ws]})
 
 
-def conv2d_transpose_layer(wkl: Conv2DTransposeWorkload, env: Environment | None = None, shift: int = 8,
-                           bias: bool = True, clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
-    """A whole layer as a PrimFunc: ``res = int8(clip((conv2d_transpose(data, kernel) + bias) >> shift))``.
-
-    Parameters: data ``(N/B, CI/BI, H, W, B, BI)``, the phase kernel from ``pack_conv2d_transpose_kernel``,
-    [bias ``(N/B, CO/BO, 1, 1, B, BO)``], [shift], res ``(N/B, CO/BO, OH, OW, B, BO)``. With
-    ``channel_shift`` the shift is a per-output-channel int32 tensor shaped like the bias.
-    """
-    env = env or get_env()
-    reason = _shape_refusal(wkl, env)
-    if reason:
-        raise VTACompileError(f"conv2d_transpose {wkl}: {reason}")
-    bb, bi, bo = env.BATCH, env.BLOCK_IN, env.BLOCK_OUT
-    py, px = _phase(wkl.hkernel, wkl.hpad, wkl.hstride), _phase(wkl.wkernel, wkl.wpad, wkl.wstride)
-    data = te.placeholder((wkl.batch // bb, wkl.in_filter // bi, wkl.height, wkl.width, bb, bi), env.inp_dtype,
-                          name="data")
-    kernel = te.placeholder((wkl.out_filter // bo, wkl.in_filter // bi, wkl.hstride, wkl.wstride, py.window,
-                             px.window, bo, bi), env.wgt_dtype, name="kernel")
-    conv = conv2d_transpose_packed(data, kernel, (wkl.hkernel, wkl.wkernel), (wkl.out_height, wkl.out_width),
-                                   (wkl.hpad, wkl.wpad), (wkl.hstride, wkl.wstride), env.acc_dtype)
-    args = [data, kernel]
-    b = None
-    per_channel = (wkl.batch // bb, wkl.out_filter // bo, 1, 1, bb, bo)
-    if bias:
-        b = te.placeholder(per_channel, env.acc_dtype, name="bias")
-        args.append(b)
-    if channel_shift:
-        shift = te.placeholder(per_channel, env.acc_dtype, name="shift")
-        args.append(shift)
-    _, res = epilogue(env, conv, b, shift, clip, lambda i: (i[0], i[1], 0, 0, i[4], i[5]))
-    func = te.create_prim_func(args + [res])
-    return func.with_attr("vta.workload", str(wkl))
-
-
-def pack_conv2d_transpose_kernel(w: np.ndarray, wkl: Conv2DTransposeWorkload, block_out: int,
-                                 block_in: int) -> np.ndarray:
+def pack_conv2d_transpose_kernel(w: np.ndarray, wkl: Conv2DTransposeWorkload,
+                                 env: Environment | None = None) -> np.ndarray:
     """A transposed-convolution kernel ``(CI, CO, KH, KW)`` -> the phase kernel
     ``(CO/BO, CI/BI, SH, SW, TH, TW, BO, BI)``: entry ``[.., ry, rx, ty, tx, ..]`` holds kernel tap
     ``(ky, kx)`` that phase ``(ry, rx)`` applies to its ``(ty, tx)``-th input offset, zero where the
     phase has no such tap."""
+    env = env or get_env()
+    block_out, block_in = env.BLOCK_OUT, env.BLOCK_IN
     ci, co, kh, kw = w.shape
     if (ci, co, kh, kw) != (wkl.in_filter, wkl.out_filter, wkl.hkernel, wkl.wkernel):
         raise ValueError(f"kernel shape {w.shape} does not match the workload's (CI, CO, KH, KW) = "
@@ -265,30 +201,6 @@ def pack_conv2d_transpose_kernel(w: np.ndarray, wkl: Conv2DTransposeWorkload, bl
     return out
 
 
-# ------------------------------------------------------------------------------------------------ tiling
-def _tile_sizes(env: Environment, wkl: Conv2DTransposeWorkload, t: Conv2DTiling, acc_operands: int = 1):
-    """SRAM elements (inp, wgt, acc) and GEMM kernel uops (upper bound) of one tiling; ``acc_operands``
-    per-channel tensors (bias, shift) share ACC with the accumulators."""
-    py, px = _phase(wkl.hkernel, wkl.hpad, wkl.hstride), _phase(wkl.wkernel, wkl.wpad, wkl.wstride)
-    hs, ws = wkl.hstride, wkl.wstride
-    qh, qw = t.tile_h // t.h_nthread // hs, t.tile_w // ws
-    th_in, tw_in = qh + py.slope * (hs - 1) + py.window - 1, qw + px.slope * (ws - 1) + px.window - 1
-    inp = t.tile_ci * th_in * tw_in * t.h_nthread * t.ko_nthread
-    cib = wkl.in_filter // env.BLOCK_IN
-    taps = hs * ws * py.window * px.window
-    wgt = t.tile_co * (cib if t.wgt_at == "co" else t.tile_ci * t.ko_nthread) * taps
-    acc = t.tile_co * (t.tile_h * t.tile_w + acc_operands)
-    plain = [t.tile_co // t.oc_nthread, qh, qw, t.tile_ci]
-    guarded = _guarded(wkl)
-    if guarded:
-        loops = sorted(plain, reverse=True)
-        uops = taps * math.prod(loops[2:])
-    else:
-        loops = sorted(plain + [hs, ws, py.window, px.window], reverse=True)
-        uops = math.prod(loops[2:])
-    return inp, wgt, acc, uops
-
-
 def _guarded(wkl: Conv2DTransposeWorkload) -> bool:
     """Whether some phase has fewer taps than its window (then the GEMMs are guarded)."""
     for k, p, s in ((wkl.hkernel, wkl.hpad, wkl.hstride), (wkl.wkernel, wkl.wpad, wkl.wstride)):
@@ -298,183 +210,230 @@ def _guarded(wkl: Conv2DTransposeWorkload) -> bool:
     return False
 
 
-def _check_tiling(wkl: Conv2DTransposeWorkload, env: Environment, t: Conv2DTiling) -> str | None:
-    return _check_tiling_shape(t, wkl.out_filter // env.BLOCK_OUT, wkl.in_filter // env.BLOCK_IN, wkl.out_height,
-                               wkl.out_width, wkl.hstride, wkl.wstride)
+class Conv2DTranspose(Operator):
+    """Transposed 2-D convolution (``relax.nn.conv2d_transpose``, one group), split into stride phases."""
+
+    kind = "conv2d_transpose"
+    workload_type = Conv2DTransposeWorkload
+    tiling_type = Conv2DTiling
+    relax_ops = ("relax.nn.conv2d_transpose",)
+
+    def describe(self, w) -> str:
+        return (f"conv2d_transpose {w.height}x{w.width} {w.in_filter}->{w.out_filter} {w.hkernel}x{w.wkernel} "
+                f"s{w.hstride}" + (f"x{w.wstride}" if w.wstride != w.hstride else "") +
+                (f" op{w.hout_pad}" if w.hout_pad or w.wout_pad else ""))
+
+    def kernel_name(self, w) -> str:
+        return f"{w.height}x{w.width}_{w.in_filter}to{w.out_filter}_k{w.hkernel}x{w.wkernel}_s{w.hstride}"
+
+    def issued_macs(self, wkl, env):
+        """The taps of each phase, no zeros of the dilation."""
+        return wkl.macs
+
+    def shape_refusal(self, wkl, env):
+        if wkl.batch % env.BATCH:
+            return f"batch {wkl.batch} is not a multiple of BATCH={env.BATCH}"
+        if wkl.in_filter % env.BLOCK_IN or wkl.out_filter % env.BLOCK_OUT:
+            return (f"{wkl.in_filter} input and {wkl.out_filter} output channels must be multiples of BLOCK_IN="
+                    f"{env.BLOCK_IN} and BLOCK_OUT={env.BLOCK_OUT}")
+        for what, s, k, p, op, n in (("height", wkl.hstride, wkl.hkernel, wkl.hpad, wkl.hout_pad, wkl.out_height),
+                                     ("width", wkl.wstride, wkl.wkernel, wkl.wpad, wkl.wout_pad, wkl.out_width)):
+            if s < 1 or k < 1 or p < 0 or op < 0:
+                return f"stride {s}, kernel {k}, padding {p} and output padding {op} along the {what} are not valid"
+            if op >= s:
+                return f"output padding {op} must be smaller than the stride {s} (along the {what})"
+            if p >= k:
+                return f"padding {p} must be smaller than the kernel {k} (along the {what})"
+            if n < s or n % s:
+                return (f"the output {what} {n} is not a multiple of the stride {s}: VTA computes whole stride phases "
+                        "(an output padding that rounds it up makes it one)")
+        return None
+
+    # ---------------------------------------------------------------------------------------- compute
+    def compute(self, wkl, env=None, *, shift=8, bias=True, clip=(0, 127), channel_shift=False):
+        env = env or get_env()
+        reason = self.shape_refusal(wkl, env)
+        if reason:
+            raise VTACompileError(f"conv2d_transpose {wkl}: {reason}")
+        bb, bi, bo = env.BATCH, env.BLOCK_IN, env.BLOCK_OUT
+        py, px = _phase(wkl.hkernel, wkl.hpad, wkl.hstride), _phase(wkl.wkernel, wkl.wpad, wkl.wstride)
+        data = te.placeholder((wkl.batch // bb, wkl.in_filter // bi, wkl.height, wkl.width, bb, bi), env.inp_dtype,
+                              name="data")
+        kernel = te.placeholder((wkl.out_filter // bo, wkl.in_filter // bi, wkl.hstride, wkl.wstride, py.window,
+                                 px.window, bo, bi), env.wgt_dtype, name="kernel")
+        conv = conv2d_transpose_packed(data, kernel, (wkl.hkernel, wkl.wkernel), (wkl.out_height, wkl.out_width),
+                                       (wkl.hpad, wkl.wpad), (wkl.hstride, wkl.wstride), env.acc_dtype)
+        args = [data, kernel]
+        b = None
+        per_channel = (wkl.batch // bb, wkl.out_filter // bo, 1, 1, bb, bo)
+        if bias:
+            b = te.placeholder(per_channel, env.acc_dtype, name="bias")
+            args.append(b)
+        if channel_shift:
+            shift = te.placeholder(per_channel, env.acc_dtype, name="shift")
+            args.append(shift)
+        _, res = epilogue(env, conv, b, shift, clip, lambda i: (i[0], i[1], 0, 0, i[4], i[5]))
+        return with_workload(te.create_prim_func(args + [res]), self, wkl)
+
+    # ---------------------------------------------------------------------------------------- tiling space
+    def knobs(self, wkl, env):
+        cib, cob = wkl.in_filter // env.BLOCK_IN, wkl.out_filter // env.BLOCK_OUT
+        return [Knob("tile_co", tuple(divisors(cob))), Knob("tile_h", tuple(divisors(wkl.out_height))),
+                Knob("tile_w", tuple(divisors(wkl.out_width))), Knob("tile_ci", tuple(divisors(cib))),
+                Knob("oc_nthread", F.THREADS), Knob("h_nthread", F.THREADS), Knob("wgt_at", F.WGT_AT),
+                Knob("ko_nthread", F.CHUNKS_IN_FLIGHT)]
+
+    def check(self, wkl, t, env):
+        return check_tiling(t, wkl.out_filter // env.BLOCK_OUT, wkl.in_filter // env.BLOCK_IN, wkl.out_height,
+                            wkl.out_width, wkl.hstride, wkl.wstride)
+
+    def smallest(self, wkl, env):
+        return Conv2DTiling(1, wkl.hstride, wkl.wstride, 1)
+
+    def shape(self, wkl, t, env) -> F.TileShape:
+        py, px = _phase(wkl.hkernel, wkl.hpad, wkl.hstride), _phase(wkl.wkernel, wkl.wpad, wkl.wstride)
+        hs, ws = wkl.hstride, wkl.wstride
+        cib, cob, nb = wkl.in_filter // env.BLOCK_IN, wkl.out_filter // env.BLOCK_OUT, wkl.batch // env.BATCH
+        qh, qw = t.tile_h // t.h_nthread // hs, t.tile_w // ws
+        th_in, tw_in = qh + py.slope * (hs - 1) + py.window - 1, qw + px.slope * (ws - 1) + px.window - 1
+        taps = hs * ws * py.window * px.window
+        valid = sum(py.taps(r) for r in range(hs)) * sum(px.taps(r) for r in range(ws))
+        plain = [t.tile_co // t.oc_nthread, qh, qw, t.tile_ci]
+        uops = F.kernel_uops(plain, taps) if _guarded(wkl) else F.kernel_uops(plain + [hs, ws, py.window, px.window])
+        loops = (cob // t.tile_co, nb, wkl.out_height // t.tile_h, wkl.out_width // t.tile_w)
+        return F.TileShape(
+            inp_chunk=t.tile_ci * th_in * tw_in * t.h_nthread, wgt_chunk=t.tile_co * t.tile_ci * taps,
+            wgt_tile=t.tile_co * cib * taps, wgt_layer=cob * cib * taps,
+            gemm_chunk=t.tile_co * (t.tile_h // hs) * (t.tile_w // ws) * t.tile_ci * valid,
+            acc_elems=t.tile_co * t.tile_h * t.tile_w, acc_per_operand=t.tile_co, chunks=cib // t.tile_ci,
+            out_tiles=loops[0], spatial_tiles=loops[1] * loops[2] * loops[3],
+            oc_threads=t.oc_nthread, row_threads=t.h_nthread, chunks_in_flight=t.ko_nthread,
+            wgt_at_co=t.wgt_at == "co", uops=uops,
+            inp_loads=t.tile_ci, store_insns=t.tile_co // t.oc_nthread, run_tiles=F.innermost(loops),
+            # a thread's qh x qw phase rows/columns read input rows from q0 + first on (q0 = its first phase row)
+            inp_padding=F.padding_fraction((wkl.out_height // (t.tile_h // t.h_nthread), py.first, qh, th_in,
+                                            wkl.height), (wkl.out_width // t.tile_w, px.first, qw, tw_in, wkl.width)))
+
+    def needs(self, wkl, t, env, acc_operands=1):
+        return self.shape(wkl, t, env).needs(acc_operands)
+
+    def estimate(self, wkl, t, env):
+        return F.estimate_cycles(self.shape(wkl, t, env), env)
+
+    # ---------------------------------------------------------------------------------------- schedule
+    def schedule(self, func, tiling=None, env=None, mock=(), wkl=None):
+        env = env or get_env()
+        names = mock_names(env, mock)
+        sch = s_tir.Schedule(func)
+        conv, producers, ewise, out = find_blocks(sch, "conv2d_transpose")
+        attrs = sch.get(conv).annotations
+        if "vta.phase" not in attrs:
+            raise VTACompileError("schedule_conv2d_transpose_packed: the function is not a conv2d_transpose_layer (its "
+                                  "reduction has no vta.phase attribute)")
+        kh, ph_, hs, kw, pw, ws = (int(v) for v in attrs["vta.phase"])
+        py, px = _phase(kh, ph_, hs), _phase(kw, pw, ws)
+        b, co, y, x, b_i, c_i, ko, ty, tx, k_i = sch.get_loops(conv)
+        nb, cob, oh, ow, cib = (int(sch.get(lp).extent) for lp in (b, co, y, x, ko))
+        if tiling is None:
+            wkl = wkl or self.workload_of(func)
+            if wkl is None:
+                raise VTACompileError("schedule_conv2d_transpose_packed: give a tiling, or a function made by "
+                                      "conv2d_transpose_layer (it records its workload)")
+            tiling = self.tiling(wkl, env)
+        t = tiling
+        reason = check_tiling(t, cob, cib, oh, ow, hs, ws)
+        if reason:
+            raise VTACompileError(f"conv2d_transpose tiling {t}: {reason}")
+        sch.set_scope(conv, 0, env.acc_scope)
+        for blk in ewise:
+            sch.set_scope(blk, 0, env.acc_scope)
+
+        co_o, co_v, co_i = sch.split(co, [cob // t.tile_co, t.oc_nthread, t.tile_co // t.oc_nthread])
+        y_o, y_v, y_q, y_r = sch.split(y, [oh // t.tile_h, t.h_nthread, t.tile_h // t.h_nthread // hs, hs])
+        x_o, x_q, x_r = sch.split(x, [ow // t.tile_w, t.tile_w // ws, ws])
+        ko_o, ko_v, ko_i = sch.split(ko, [cib // (t.tile_ci * t.ko_nthread), t.ko_nthread, t.tile_ci])
+        sch.reorder(co_o, b, y_o, x_o, co_v, y_v, ko_o, ko_v, y_r, x_r, co_i, y_q, x_q, ko_i, ty, tx, b_i, c_i, k_i)
+        if t.ko_nthread > 1:
+            sch.annotate(ko_v, PIPELINE, 1)
+        if t.oc_nthread > 1:
+            sch.bind(co_v, "vthread.x")
+        if t.h_nthread > 1:
+            sch.bind(y_v, "vthread.y")
+        F.finish_schedule(sch, env, func, conv, producers, ewise, out, attach=y_v, ko_o=ko_o, ko_v=ko_v,
+                          wgt_at=co_o if t.wgt_at == "co" else ko_v, lanes=(b_i, c_i), names=names)
+        gemm_parent = b_i if env.BATCH == 1 else tx
+
+        # guard each GEMM with its tap's validity: phase (y_r, x_r), tap (ty, tx)
+        lv = {n: sch.get(lp).loop_var for n, lp in (("yr", y_r), ("xr", x_r), ("ty", ty), ("tx", tx))}
+        conds = []
+        for ph, r, tap in ((py, lv["yr"], lv["ty"]), (px, lv["xr"], lv["tx"])):
+            if any(ph.taps(rr) != ph.window for rr in range(ph.stride)):
+                k_row = ph.tap(r, tap)
+                conds += [k_row >= 0, k_row < ph.kernel]
+        if not conds:
+            return sch
+        gemm_block = sch.get(sch.get_child_blocks(gemm_parent)[0])
+        return s_tir.Schedule(_with_predicate(sch.mod, gemm_block, tirx.all(*conds)))
+
+    # ---------------------------------------------------------------------------------------- data
+    def pack_weights(self, w, wkl, env):
+        ci, co = w.shape[:2]
+        w = np.pad(w, ((0, wkl.in_filter - ci), (0, wkl.out_filter - co), (0, 0), (0, 0)))
+        return pack_conv2d_transpose_kernel(w, wkl, env)
+
+    def pack_channels(self, v, wkl, env):
+        v = np.pad(np.asarray(v, np.int32), (0, wkl.out_filter - len(v)))
+        return P.pack_bias_conv(v, wkl.batch, env.BATCH, env.BLOCK_OUT)
+
+    def data(self, wkl, env, acc_operands, seed=0):
+        rng = np.random.default_rng(seed)
+        x, w, b = F.random_layer(rng, wkl, (wkl.in_filter, wkl.out_filter, wkl.hkernel, wkl.wkernel))
+        # the reference scatters each input pixel through the unpacked kernel (no phases, no phase kernel)
+        acc = plus_bias(conv2d_transpose_accumulate(x, w, (wkl.hstride, wkl.wstride), (wkl.hpad, wkl.wpad),
+                                                    (wkl.hout_pad, wkl.wout_pad)), b)
+        return F.conv_layer_data(self, wkl, env, acc_operands, rng, x, w, b, acc, wkl.macs)
+
+    def unpack(self, out):
+        return P.unpack_nchw(out)
+
+    # ---------------------------------------------------------------------------------------- graphs
+    def pattern(self):
+        return is_op("relax.nn.conv2d_transpose")(wildcard(), is_const())
+
+    def host_macs(self, out_shape, arg_shapes):
+        """Every input pixel times every tap."""
+        return int(np.prod(arg_shapes[0]) * np.prod(arg_shapes[1][1:]))
+
+    def from_relax(self, attrs, x_shape, weight, out_shape, env, options):
+        reason = F.layout_refusal(attrs, ("NCHW", "IOHW"))
+        if reason:
+            return reason
+        groups = int(attrs.groups)
+        if groups != 1:
+            return f"grouped transposed convolution (groups={groups}); VTA's conv2d_transpose_packed has one group"
+        reason = F.window_refusal(attrs)
+        if reason:
+            return reason
+        n, c, h, w = x_shape
+        kh, kw = weight.shape[2:]
+        (sh, sw), (pt, pl, _, _) = tuple(int(s) for s in attrs.strides), F.pads(attrs)
+        oph, opw = (int(p) for p in attrs.output_padding)
+        return Offload(self, Conv2DTransposeWorkload(n, h, w, F.ceil_to(c, env.BLOCK_IN),
+                                                     F.ceil_to(weight.shape[1], env.BLOCK_OUT), kh, kw, pt, pl, sh,
+                                                     sw, oph, opw), weight)
+
+    def placement_refusal(self, off, env, acc_operands):
+        reason = self.refusal(off.workload, env, acc_operands)
+        return f"VTA cannot run this transposed convolution: {reason}" if reason else None
 
 
-def _fits(env: Environment, sizes) -> bool:
-    inp, wgt, acc, uops = sizes
-    return inp <= env.INP_BUFF_DEPTH and wgt <= env.WGT_BUFF_DEPTH and acc <= env.ACC_BUFF_DEPTH and \
-        uops <= kernel_uop_budget(env)
-
-
-def estimate_cycles(env: Environment, wkl: Conv2DTransposeWorkload, t: Conv2DTiling) -> float:
-    """conv2d's cost model for the phase-split convolution."""
-    bus = env.AXI_DATA_BYTES
-    py, px = _phase(wkl.hkernel, wkl.hpad, wkl.hstride), _phase(wkl.wkernel, wkl.wpad, wkl.wstride)
-    hs, ws = wkl.hstride, wkl.wstride
-    cib, cob, nb = wkl.in_filter // env.BLOCK_IN, wkl.out_filter // env.BLOCK_OUT, wkl.batch // env.BATCH
-    qh, qw = t.tile_h // t.h_nthread // hs, t.tile_w // ws
-    th_in, tw_in = qh + py.slope * (hs - 1) + py.window - 1, qw + px.slope * (ws - 1) + px.window - 1
-    taps = hs * ws * py.window * px.window
-    valid = sum(py.taps(r) for r in range(hs)) * sum(px.taps(r) for r in range(ws))
-    chunks = cib // t.tile_ci
-    n_co, n_sp = cob // t.tile_co, nb * (wkl.out_height // t.tile_h) * (wkl.out_width // t.tile_w)
-    inp_c = t.tile_ci * th_in * tw_in * t.h_nthread * env.INP_ELEM_BYTES / bus
-    wgt_c = 0 if t.wgt_at == "co" else t.tile_co * t.tile_ci * taps * env.WGT_ELEM_BYTES / bus
-    gemm_c = t.tile_co * (t.tile_h // hs) * (t.tile_w // ws) * t.tile_ci * valid
-    threads = t.oc_nthread * t.h_nthread
-    tile = chunks * chunk_cycles(inp_c + wgt_c, gemm_c, threads, t.ko_nthread > 1, t.h_nthread)
-    if t.ko_nthread > 1:
-        tile += inp_c + wgt_c       # the first chunk's loads
-    acc_elems = t.tile_co * t.tile_h * t.tile_w
-    tile += 5 * acc_elems + acc_elems * env.OUT_ELEM_BYTES / bus / threads + 40     # ALU: one compute module
-    # the first tile's loads and the last one's GEMMs overlap nothing: big tiles pay for it
-    chunk_wgt_c = t.tile_co * t.tile_ci * taps * env.WGT_ELEM_BYTES / bus
-    total = n_co * n_sp * tile + (inp_c + chunk_wgt_c + gemm_c) / threads
-    wgt_bytes = cob * cib * taps * env.WGT_ELEM_BYTES
-    if t.wgt_at == "co":
-        total += wgt_bytes / bus
-    else:
-        wgt_bytes *= n_sp
-    inp_bytes = n_co * n_sp * cib * th_in * tw_in * t.h_nthread * env.INP_ELEM_BYTES
-    return total + TRAFFIC_WEIGHT * (inp_bytes + wgt_bytes) / bus
-
-
-def candidate_tilings(wkl: Conv2DTransposeWorkload, env: Environment | None = None, acc_operands: int = 1):
-    """Every legal tiling that fits the buffers and the uop budget."""
-    env = env or get_env()
-    cob, cib = wkl.out_filter // env.BLOCK_OUT, wkl.in_filter // env.BLOCK_IN
-    for oc_n, h_n, ko_n, wgt_at in itertools.product((1, 2), (1, 2), (1, 2), ("ko", "co")):
-        for tco, th, tw, tci in itertools.product(divisors(cob), divisors(wkl.out_height), divisors(wkl.out_width),
-                                                  divisors(cib)):
-            t = Conv2DTiling(tco, th, tw, tci, oc_n, h_n, wgt_at, ko_n)
-            if _check_tiling(wkl, env, t) is None and _fits(env, _tile_sizes(env, wkl, t, acc_operands)):
-                yield t
-
-
-def conv2d_transpose_tiling(wkl: Conv2DTransposeWorkload, env: Environment | None = None,
-                            acc_operands: int = 1, tuned: bool = True) -> Conv2DTiling:
-    """The tiling of a workload: the best measured one (``vta_compiler.autotune`` records: the active
-    ``apply_history_best``, else the records shipped with the package) when ``tuned`` and there is one,
-    else the cheapest (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget
-    (``acc_operands``: per-channel epilogue tensors in ACC, 1 for a bias, 2 for a bias and a shift)."""
-    env = env or get_env()
-    reason = _shape_refusal(wkl, env)
+def check_tiling(t, cob, cib, oh, ow, hs, ws) -> str | None:
+    """Why the conv2d_transpose schedule refuses tiling ``t``: conv2d's rules, and whole stride phases."""
+    reason = check_conv_tiling(t, cob, oh, ow, cib)
     if reason:
-        raise VTACompileError(f"conv2d_transpose {wkl}: {reason}")
-    if tuned:
-        best = tuned_tiling("conv2d_transpose", wkl, env, acc_operands)
-        if best is not None:
-            return best
-    best = min(candidate_tilings(wkl, env, acc_operands), key=lambda t: estimate_cycles(env, wkl, t), default=None)
-    if best is None:
-        smallest = Conv2DTiling(1, wkl.hstride, wkl.wstride, 1)
-        needs = _tile_sizes(env, wkl, smallest, acc_operands)
-        limits = (env.INP_BUFF_DEPTH, env.WGT_BUFF_DEPTH, env.ACC_BUFF_DEPTH, kernel_uop_budget(env))
-        names = ("INP buffer elements", "WGT buffer elements", "ACC buffer elements", "GEMM kernel uops")
-        over = [f"{n} {need} > {lim}" for n, need, lim in zip(names, needs, limits) if need > lim]
-        raise VTACompileError(f"conv2d_transpose {wkl}: no tiling fits the on-chip buffers of {env.MODEL}: the "
-                              f"smallest tile (one block, one phase of each) needs "
-                              f"{', '.join(over or ['more than fits'])}")
-    return best
-
-
-# ------------------------------------------------------------------------------------------------ schedule
-def schedule_conv2d_transpose_packed(func, tiling: Conv2DTiling | None = None,
-                                     wkl: Conv2DTransposeWorkload | None = None, env: Environment | None = None,
-                                     mock: tuple[str, ...] = ()) -> s_tir.Schedule:
-    """Schedule a conv2d_transpose_packed function (with its element-wise epilogue and final int8 cast).
-
-    conv2d's schedule with the output rows and columns split into (tile, phase quotient, phase); the
-    GEMMs of taps a phase does not have are guarded off (see the module docstring).
-    ``mock``: parts to skip ("dma", "alu", "gemm").
-    """
-    env = env or get_env()
-    dma_copy, alu, gemm, gemm_reset = mock_names(env, mock)
-    sch = s_tir.Schedule(func)
-    conv, producers, ewise, out = find_blocks(sch, "conv2d_transpose")
-    attrs = sch.get(conv).annotations
-    if "vta.phase" not in attrs:
-        raise VTACompileError("schedule_conv2d_transpose_packed: the function is not a conv2d_transpose_layer (its "
-                              "reduction has no vta.phase attribute)")
-    kh, ph_, hs, kw, pw, ws = (int(v) for v in attrs["vta.phase"])
-    py, px = _phase(kh, ph_, hs), _phase(kw, pw, ws)
-    b, co, y, x, b_i, c_i, ko, ty, tx, k_i = sch.get_loops(conv)
-    nb, cob, oh, ow, cib = (int(sch.get(lp).extent) for lp in (b, co, y, x, ko))
-    if tiling is None:
-        if wkl is None:
-            raise VTACompileError("schedule_conv2d_transpose_packed: give a tiling or the workload to choose one")
-        tiling = conv2d_transpose_tiling(wkl, env)
-    t = tiling
-    reason = _check_tiling_shape(t, cob, cib, oh, ow, hs, ws)
-    if reason:
-        raise VTACompileError(f"conv2d_transpose tiling {t}: {reason}")
-    sch.set_scope(conv, 0, env.acc_scope)
-    for blk in ewise:
-        sch.set_scope(blk, 0, env.acc_scope)
-
-    co_o, co_v, co_i = sch.split(co, [cob // t.tile_co, t.oc_nthread, t.tile_co // t.oc_nthread])
-    y_o, y_v, y_q, y_r = sch.split(y, [oh // t.tile_h, t.h_nthread, t.tile_h // t.h_nthread // hs, hs])
-    x_o, x_q, x_r = sch.split(x, [ow // t.tile_w, t.tile_w // ws, ws])
-    ko_o, ko_v, ko_i = sch.split(ko, [cib // (t.tile_ci * t.ko_nthread), t.ko_nthread, t.tile_ci])
-    sch.reorder(co_o, b, y_o, x_o, co_v, y_v, ko_o, ko_v, y_r, x_r, co_i, y_q, x_q, ko_i, ty, tx, b_i, c_i, k_i)
-    if t.ko_nthread > 1:
-        sch.annotate(ko_v, PIPELINE, 1)
-    if t.oc_nthread > 1:
-        sch.bind(co_v, "vthread.x")
-    if t.h_nthread > 1:
-        sch.bind(y_v, "vthread.y")
-
-    attach_epilogue(sch, env, func, ewise, out, y_v, dma_copy)
-    inp = sch.cache_read(conv, 0, env.inp_scope)
-    sch.compute_at(inp, ko_v, preserve_unit_loops=True)
-    for p in producers:
-        sch.compute_inline(p)
-    wgt = sch.cache_read(conv, 1, env.wgt_scope)
-    sch.compute_at(wgt, co_o if t.wgt_at == "co" else ko_v, preserve_unit_loops=True)
-
-    init = sch.decompose_reduction(conv, ko_o)
-    if env.BATCH == 1:
-        sch.tensorize(sch.get_loops(init)[-1], gemm_reset)
-        sch.tensorize(c_i, gemm)
-        gemm_parent = b_i
-    else:
-        sch.tensorize(sch.get_loops(init)[-2], gemm_reset)
-        sch.tensorize(b_i, gemm)
-        gemm_parent = tx
-
-    pragma(sch, sch.get_loops(inp)[-4], dma_copy)     # per input-channel block: rows x columns, padded
-    pragma(sch, sch.get_loops(wgt)[-8], dma_copy)     # output-channel rows x (ci, phases, taps) columns
-    for blk in ewise:
-        pragma(sch, sch.get_loops(blk)[-6], alu)
-    pragma(sch, sch.get_loops(out)[-4], dma_copy)     # per output-channel block: rows x columns
-
-    # guard each GEMM with its tap's validity: phase (y_r, x_r), tap (ty, tx)
-    lv = {n: sch.get(lp).loop_var for n, lp in (("yr", y_r), ("xr", x_r), ("ty", ty), ("tx", tx))}
-    conds = []
-    for ph, r, tap in ((py, lv["yr"], lv["ty"]), (px, lv["xr"], lv["tx"])):
-        if any(ph.taps(rr) != ph.window for rr in range(ph.stride)):
-            k_row = ph.tap(r, tap)
-            conds += [k_row >= 0, k_row < ph.kernel]
-    if not conds:
-        return sch
-    gemm_block = sch.get(sch.get_child_blocks(gemm_parent)[0])
-    return s_tir.Schedule(_with_predicate(sch.mod, gemm_block, tirx.all(*conds)))
-
-
-def _check_tiling_shape(t, cob, cib, oh, ow, hs, ws) -> str | None:
-    for name, n, tl in (("output channel blocks", cob, t.tile_co), ("output rows", oh, t.tile_h),
-                        ("output columns", ow, t.tile_w), ("input channel blocks", cib, t.tile_ci)):
-        if tl < 1 or n % tl:
-            return f"{tl} does not divide the {n} {name}"
-    if t.tile_co % t.oc_nthread or t.tile_h % t.h_nthread or (cib // t.tile_ci) % t.ko_nthread:
-        return "the virtual threads must divide the tile"
+        return reason
     if (t.tile_h // t.h_nthread) % hs or t.tile_w % ws:
         return f"each thread's tile ({t.tile_h // t.h_nthread}x{t.tile_w}) must hold whole {hs}x{ws} stride phases"
-    if t.wgt_at not in ("ko", "co"):
-        return f"wgt_at must be 'ko' or 'co', not {t.wgt_at!r}"
     return None
 
 
@@ -493,3 +452,52 @@ def _with_predicate(mod: tvm.IRModule, block, cond) -> tvm.IRModule:
     if len(found) != 1:
         raise VTACompileError(f"conv2d_transpose schedule: expected one GEMM block to guard, found {len(found)}")
     return tvm.IRModule({gv: func.with_body(body)})
+
+
+CONV2D_TRANSPOSE = register(Conv2DTranspose())
+
+
+# ------------------------------------------------------------------------------------------------ public names
+def conv2d_transpose_supported(wkl: Conv2DTransposeWorkload, env: Environment | None = None,
+                               acc_operands: int = 1) -> str | None:
+    """None if VTA can run this transposed convolution, else the reason in one sentence (``acc_operands``
+    as for ``conv2d_transpose_tiling``)."""
+    return CONV2D_TRANSPOSE.refusal(wkl, env, acc_operands)
+
+
+def conv2d_transpose_layer(wkl: Conv2DTransposeWorkload, env: Environment | None = None, shift: int = 8,
+                           bias: bool = True, clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
+    """A whole layer as a PrimFunc: ``res = int8(clip((conv2d_transpose(data, kernel) + bias) >> shift))``.
+
+    Parameters: data ``(N/B, CI/BI, H, W, B, BI)``, the phase kernel from ``pack_conv2d_transpose_kernel``,
+    [bias ``(N/B, CO/BO, 1, 1, B, BO)``], [shift], res ``(N/B, CO/BO, OH, OW, B, BO)``. With
+    ``channel_shift`` the shift is a per-output-channel int32 tensor shaped like the bias.
+    """
+    return CONV2D_TRANSPOSE.compute(wkl, env, shift=shift, bias=bias, clip=clip, channel_shift=channel_shift)
+
+
+def conv2d_transpose_tiling(wkl: Conv2DTransposeWorkload, env: Environment | None = None,
+                            acc_operands: int = 1, tuned: bool = True) -> Conv2DTiling:
+    """The tiling of a workload: the best measured one (``vta_compiler.autotune`` records: the active
+    ``apply_history_best``, else the records shipped with the package) when ``tuned`` and there is one,
+    else the cost model's choice among every tiling of the knobs that fits the on-chip buffers and the uop
+    budget (``acc_operands``: per-channel epilogue tensors in ACC, 1 for a bias, 2 for a bias and a shift)."""
+    return CONV2D_TRANSPOSE.tiling(wkl, env, acc_operands, tuned)
+
+
+def schedule_conv2d_transpose_packed(func, tiling: Conv2DTiling | None = None,
+                                     wkl: Conv2DTransposeWorkload | None = None, env: Environment | None = None,
+                                     mock: tuple[str, ...] = ()) -> s_tir.Schedule:
+    """Schedule a conv2d_transpose_packed function (with its element-wise epilogue and final int8 cast); without
+    a ``tiling``, the workload's (read from a function made by ``conv2d_transpose_layer``).
+
+    conv2d's schedule with the output rows and columns split into (tile, phase quotient, phase); the
+    GEMMs of taps a phase does not have are guarded off (see the module docstring).
+    ``mock``: parts to skip ("dma", "alu", "gemm").
+    """
+    return CONV2D_TRANSPOSE.schedule(func, tiling, env, mock, wkl=wkl)
+
+
+def candidate_tilings(wkl: Conv2DTransposeWorkload, env: Environment | None = None, acc_operands: int = 1):
+    """Every legal tiling that fits the buffers and the uop budget."""
+    return CONV2D_TRANSPOSE.legal(wkl, env or get_env(), acc_operands)

@@ -20,25 +20,25 @@ tile spans several groups it takes each group's input channels whole (``tile_ci`
 input blocks), so the input and weight tiles stay contiguous. Virtual threads split the tile's
 groups (``tile_g > 1``: private input tiles) or its channel blocks (input tile shared), and/or its
 rows. ``group_conv2d_tiling`` picks the tiling: a measured one (``vta_compiler.autotune`` records, kind
-"group_conv2d") if there is one, else conv2d's cost model.
+"group_conv2d") if there is one, else the cost model's choice (``vta_compiler.top.conv_family``).
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from dataclasses import dataclass
 
 import numpy as np
 from tvm import s_tir, te, topi
+from tvm.relax.dpl import is_const, is_op, wildcard
 
 from ..environment import Environment, get_env
+from ..reference import group_conv2d_accumulate, plus_bias
+from ..tiling import Knob, Offload, Operator, register, with_workload
 from ..transform.common import VTACompileError
-from ..transform.uop import kernel_uop_budget
 from ..transform.vthread import PIPELINE
-from .common import attach_epilogue, chunk_cycles, divisors, epilogue, find_blocks, mock_names, pragma
-from .conv2d import TRAFFIC_WEIGHT
-from .tuned import tuned_tiling
+from . import conv_family as F
+from . import packing as P
+from .common import divisors, epilogue, find_blocks, mock_names
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class GroupConv2DTiling:
 
 
 @dataclass(frozen=True)
-class _HwGroups:
+class HwGroups:
     """How a workload maps onto VTA: hardware groups and channel blocks per hardware group."""
     groups: int
     cib_g: int              # input channel blocks per hardware group
@@ -140,63 +140,20 @@ class _HwGroups:
     block_diagonal: bool    # several groups share one block (their weights on the tile's diagonal)
 
 
-def _hw_groups(wkl: GroupConv2DWorkload, env: Environment) -> _HwGroups:
-    reason = _shape_refusal(wkl, env)
-    if reason:
-        raise VTACompileError(f"group_conv2d {wkl}: {reason}")
-    bi, bo = env.BLOCK_IN, env.BLOCK_OUT
-    cpg_in, cpg_out = wkl.in_per_group, wkl.out_per_group
-    if cpg_in % bi == 0 and cpg_out % bo == 0:
-        return _HwGroups(wkl.groups, cpg_in // bi, cpg_out // bo, False)
-    return _HwGroups(wkl.in_filter // bi, 1, 1, True)
+#: placement note of a depthwise layer on VTA / kept on the CPU (graph_pack(..., depthwise="vta" | "cpu")). On VTA
+#: by default: the data stays packed (no layout change around the layer) and, measured on MobileNet v1 (224x224,
+#: `python -m bench --only depthwise --tsim`), its 13 depthwise layers take 21 ms on VTA at 100 MHz (6 ms at
+#: 333 MHz) against 16.5 ms of a server CPU for the CPU path (TVM's default lowering plus 26 layout changes); a
+#: board's Cortex-A9 is several times slower than that CPU.
+DEPTHWISE_NOTE = {
+    "vta": "block-diagonal weight tiles (1/16 of the issued MACs are useful), the data stays packed; "
+           "graph_pack(depthwise='cpu') runs it on the CPU",
+    "cpu": "depthwise convolution kept on the CPU by graph_pack(depthwise='cpu') (with a layout change before "
+           "and after it)",
+}
+DEPTHWISE_PLACES = tuple(DEPTHWISE_NOTE)
 
 
-def _shape_refusal(wkl: GroupConv2DWorkload, env: Environment) -> str | None:
-    bb, bi, bo = env.BATCH, env.BLOCK_IN, env.BLOCK_OUT
-    if wkl.groups < 1 or wkl.in_filter % wkl.groups or wkl.out_filter % wkl.groups:
-        return f"{wkl.groups} groups do not divide {wkl.in_filter} input and {wkl.out_filter} output channels"
-    if wkl.batch % bb:
-        return f"batch {wkl.batch} is not a multiple of BATCH={bb}"
-    if wkl.out_height < 1 or wkl.out_width < 1:
-        return f"the output would be {wkl.out_height}x{wkl.out_width}"
-    cpg_in, cpg_out = wkl.in_per_group, wkl.out_per_group
-    if cpg_in % bi == 0 and cpg_out % bo == 0:
-        return None
-    if cpg_in == cpg_out and bi == bo and bi % cpg_in == 0:
-        if wkl.in_filter % bi:
-            return (f"{wkl.in_filter} channels are not a whole number of {bi}-channel blocks (block-diagonal weights "
-                    "need whole blocks)")
-        return None
-    return (f"{cpg_in} input and {cpg_out} output channels per group: VTA's GEMM needs whole {bi}-channel blocks "
-            f"per group, or the same divisor of {bi} for input and output channels (block-diagonal weights, e.g. "
-            "depthwise)")
-
-
-def group_conv2d_supported(wkl: GroupConv2DWorkload, env: Environment | None = None,
-                           acc_operands: int = 1) -> str | None:
-    """None if VTA can run this group convolution, else the reason in one sentence (``acc_operands``
-    as for ``group_conv2d_tiling``)."""
-    env = env or get_env()
-    reason = _shape_refusal(wkl, env)
-    if reason:
-        return reason
-    try:
-        group_conv2d_tiling(wkl, env, acc_operands)
-    except VTACompileError as e:
-        return str(e)
-    return None
-
-
-def depthwise_conv2d_supported(wkl: GroupConv2DWorkload, env: Environment | None = None,
-                               acc_operands: int = 1) -> str | None:
-    """None if VTA can run this depthwise convolution (block-diagonal weight tiles), else the reason."""
-    if not wkl.is_depthwise:
-        return (f"not a depthwise convolution ({wkl.groups} groups of {wkl.in_per_group} input and "
-                f"{wkl.out_per_group} output channels)")
-    return group_conv2d_supported(wkl, env, acc_operands)
-
-
-# ------------------------------------------------------------------------------------------------ compute
 def group_conv2d_packed(data: te.Tensor, kernel: te.Tensor, padding: tuple[int, int], strides: tuple[int, int],
                         groups: int, out_dtype: str = "int32", name: str = "group_conv2d") -> te.Tensor:
     """The packed group convolution (dilation 1) over ``groups`` hardware groups: int8 in, int32 out."""
@@ -224,55 +181,15 @@ def group_conv2d_packed(data: te.Tensor, kernel: te.Tensor, padding: tuple[int, 
         name=name, tag="packed_group_conv2d")
 
 
-def group_conv2d_layer(wkl: GroupConv2DWorkload, env: Environment | None = None, shift: int = 8, bias: bool = True,
-                       clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
-    """A whole layer as a PrimFunc: ``res = int8(clip((group_conv2d(data, kernel) + bias) >> shift))``.
-
-    Parameters: data ``(N/B, CI/BI, H, W, B, BI)``, kernel ``(CO/BO, CIG/BI, KH, KW, BO, BI)`` as made by
-    ``pack_group_conv2d_kernel``, [bias ``(N/B, CO/BO, 1, 1, B, BO)``], [shift], res. With ``channel_shift``
-    the shift is a per-output-channel int32 tensor shaped like the bias.
-    """
-    env = env or get_env()
-    hw = _hw_groups(wkl, env)
-    bb, bi, bo = env.BATCH, env.BLOCK_IN, env.BLOCK_OUT
-    data = te.placeholder((wkl.batch // bb, wkl.in_filter // bi, wkl.height, wkl.width, bb, bi), env.inp_dtype,
-                          name="data")
-    kernel = te.placeholder((wkl.out_filter // bo, hw.cib_g, wkl.hkernel, wkl.wkernel, bo, bi), env.wgt_dtype,
-                            name="kernel")
-    conv = group_conv2d_packed(data, kernel, (wkl.hpad, wkl.wpad), (wkl.hstride, wkl.wstride), hw.groups,
-                               env.acc_dtype)
-    args = [data, kernel]
-    b = None
-    per_channel = (wkl.batch // bb, wkl.out_filter // bo, 1, 1, bb, bo)
-    if bias:
-        b = te.placeholder(per_channel, env.acc_dtype, name="bias")
-        args.append(b)
-    if channel_shift:
-        shift = te.placeholder(per_channel, env.acc_dtype, name="shift")
-        args.append(shift)
-    _, res = epilogue(env, conv, b, shift, clip, lambda i: (i[0], i[1], 0, 0, i[4], i[5]))
-    func = te.create_prim_func(args + [res])
-    return func.with_attr("vta.workload", str(wkl))
-
-
-def depthwise_conv2d_layer(wkl: GroupConv2DWorkload, env: Environment | None = None, shift: int = 8,
-                           bias: bool = True, clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
-    """A depthwise layer (``wkl.groups`` == channels) as a PrimFunc; its kernel comes from
-    ``pack_depthwise_kernel`` (block-diagonal 16x16 tiles)."""
-    reason = depthwise_conv2d_supported(wkl, env, 1 + int(channel_shift))
-    if reason:
-        raise VTACompileError(f"depthwise_conv2d {wkl}: {reason}")
-    return group_conv2d_layer(wkl, env, shift, bias, clip, channel_shift)
-
-
-# ------------------------------------------------------------------------------------------------ packing
-def pack_group_conv2d_kernel(w: np.ndarray, groups: int, block_out: int, block_in: int) -> np.ndarray:
+def pack_group_conv2d_kernel(w: np.ndarray, wkl: GroupConv2DWorkload, env: Environment | None = None) -> np.ndarray:
     """A group-conv kernel ``(O, I/groups, KH, KW)`` -> ``(O/BO, CIG/BI, KH, KW, BO, BI)``.
 
     With whole blocks per group this is conv2d's packing of the per-group kernel; with fewer channels
     per group than a block, each 16-channel block becomes one hardware group whose tile holds the
     block's groups on its diagonal (zeros elsewhere).
     """
+    env = env or get_env()
+    block_out, block_in, groups = env.BLOCK_OUT, env.BLOCK_IN, wkl.groups
     o, cpg, kh, kw = w.shape
     if o % groups or o // groups == 0:
         raise ValueError(f"{groups} groups do not divide {o} output channels")
@@ -291,198 +208,331 @@ def pack_group_conv2d_kernel(w: np.ndarray, groups: int, block_out: int, block_i
     return out
 
 
-def pack_depthwise_kernel(w: np.ndarray, block: int) -> np.ndarray:
+def pack_depthwise_kernel(w: np.ndarray, wkl: GroupConv2DWorkload, env: Environment | None = None) -> np.ndarray:
     """A depthwise kernel ``(C, 1, KH, KW)`` -> block-diagonal tiles ``(C/16, 1, KH, KW, 16, 16)``."""
-    if w.ndim != 4 or w.shape[1] != 1:
-        raise ValueError(f"a depthwise kernel has shape (C, 1, KH, KW), not {w.shape}")
-    return pack_group_conv2d_kernel(w, w.shape[0], block, block)
+    if w.ndim != 4 or w.shape[1] != 1 or not wkl.is_depthwise:
+        raise ValueError(f"a depthwise kernel has shape (C, 1, KH, KW) and a depthwise workload; got {w.shape} and "
+                         f"{wkl}")
+    return pack_group_conv2d_kernel(w, wkl, env)
 
 
-# ------------------------------------------------------------------------------------------------ tiling
-def _check_tiling(hw: _HwGroups, t: GroupConv2DTiling) -> str | None:
-    if hw.groups % t.tile_g or hw.cob_g % t.tile_co or hw.cib_g % t.tile_ci:
+class GroupConv2D(Operator):
+    """Grouped and depthwise 2-D convolution (``relax.nn.conv2d`` with ``groups > 1``): whole channel blocks per
+    group, or block-diagonal weight tiles (see the module docstring)."""
+
+    kind = "group_conv2d"
+    workload_type = GroupConv2DWorkload
+    tiling_type = GroupConv2DTiling
+    relax_ops = ("relax.nn.conv2d",)
+    options = {"depthwise": DEPTHWISE_PLACES}
+
+    def describe(self, w) -> str:
+        what = "depthwise" if w.is_depthwise else f"group_conv2d g{w.groups}"
+        return (f"{what} {w.height}x{w.width} {w.in_filter}->{w.out_filter} {w.hkernel}x{w.wkernel} "
+                f"s{w.hstride}" + (f"x{w.wstride}" if w.wstride != w.hstride else ""))
+
+    def label(self, wkl) -> str:
+        return "depthwise_conv2d" if wkl.is_depthwise else "group_conv2d"
+
+    def kernel_name(self, w) -> str:
+        return (f"{w.height}x{w.width}_{w.in_filter}to{w.out_filter}_k{w.hkernel}x{w.wkernel}_s{w.hstride}"
+                + ("" if w.is_depthwise else f"_g{w.groups}"))
+
+    def hw_groups(self, wkl, env: Environment) -> HwGroups:
+        reason = self.shape_refusal(wkl, env)
+        if reason:
+            raise VTACompileError(f"group_conv2d {wkl}: {reason}")
+        bi, bo = env.BLOCK_IN, env.BLOCK_OUT
+        cpg_in, cpg_out = wkl.in_per_group, wkl.out_per_group
+        if cpg_in % bi == 0 and cpg_out % bo == 0:
+            return HwGroups(wkl.groups, cpg_in // bi, cpg_out // bo, False)
+        return HwGroups(wkl.in_filter // bi, 1, 1, True)
+
+    def issued_macs(self, wkl, env):
+        """A block-diagonal tile issues a whole block of input channels per output channel."""
+        return wkl.batch * wkl.out_filter * wkl.out_height * wkl.out_width * max(wkl.in_per_group, env.BLOCK_IN) * \
+            wkl.hkernel * wkl.wkernel
+
+    def shape_refusal(self, wkl, env):
+        bb, bi, bo = env.BATCH, env.BLOCK_IN, env.BLOCK_OUT
+        if wkl.groups < 1 or wkl.in_filter % wkl.groups or wkl.out_filter % wkl.groups:
+            return f"{wkl.groups} groups do not divide {wkl.in_filter} input and {wkl.out_filter} output channels"
+        if wkl.batch % bb:
+            return f"batch {wkl.batch} is not a multiple of BATCH={bb}"
+        if wkl.out_height < 1 or wkl.out_width < 1:
+            return f"the output would be {wkl.out_height}x{wkl.out_width}"
+        cpg_in, cpg_out = wkl.in_per_group, wkl.out_per_group
+        if cpg_in % bi == 0 and cpg_out % bo == 0:
+            return None
+        if cpg_in == cpg_out and bi == bo and bi % cpg_in == 0:
+            if wkl.in_filter % bi:
+                return (f"{wkl.in_filter} channels are not a whole number of {bi}-channel blocks (block-diagonal "
+                        "weights need whole blocks)")
+            return None
+        return (f"{cpg_in} input and {cpg_out} output channels per group: VTA's GEMM needs whole {bi}-channel "
+                f"blocks per group, or the same divisor of {bi} for input and output channels (block-diagonal "
+                "weights, e.g. depthwise)")
+
+    # ---------------------------------------------------------------------------------------- compute
+    def compute(self, wkl, env=None, *, shift=8, bias=True, clip=(0, 127), channel_shift=False):
+        env = env or get_env()
+        hw = self.hw_groups(wkl, env)
+        bb, bi, bo = env.BATCH, env.BLOCK_IN, env.BLOCK_OUT
+        data = te.placeholder((wkl.batch // bb, wkl.in_filter // bi, wkl.height, wkl.width, bb, bi), env.inp_dtype,
+                              name="data")
+        kernel = te.placeholder((wkl.out_filter // bo, hw.cib_g, wkl.hkernel, wkl.wkernel, bo, bi), env.wgt_dtype,
+                                name="kernel")
+        conv = group_conv2d_packed(data, kernel, (wkl.hpad, wkl.wpad), (wkl.hstride, wkl.wstride), hw.groups,
+                                   env.acc_dtype)
+        args = [data, kernel]
+        b = None
+        per_channel = (wkl.batch // bb, wkl.out_filter // bo, 1, 1, bb, bo)
+        if bias:
+            b = te.placeholder(per_channel, env.acc_dtype, name="bias")
+            args.append(b)
+        if channel_shift:
+            shift = te.placeholder(per_channel, env.acc_dtype, name="shift")
+            args.append(shift)
+        _, res = epilogue(env, conv, b, shift, clip, lambda i: (i[0], i[1], 0, 0, i[4], i[5]))
+        return with_workload(te.create_prim_func(args + [res]), self, wkl)
+
+    # ---------------------------------------------------------------------------------------- tiling space
+    def knobs(self, wkl, env):
+        hw = self.hw_groups(wkl, env)
+        return [Knob("tile_g", tuple(divisors(hw.groups))), Knob("tile_co", tuple(divisors(hw.cob_g))),
+                Knob("tile_h", tuple(divisors(wkl.out_height))), Knob("tile_w", tuple(divisors(wkl.out_width))),
+                Knob("tile_ci", tuple(divisors(hw.cib_g))), Knob("oc_nthread", F.THREADS),
+                Knob("h_nthread", F.THREADS), Knob("wgt_at", F.WGT_AT), Knob("ko_nthread", F.CHUNKS_IN_FLIGHT)]
+
+    def check(self, wkl, t, env):
+        reason = check_tiling(self.hw_groups(wkl, env), t)
+        if reason is None and (wkl.out_height % t.tile_h or wkl.out_width % t.tile_w):
+            reason = f"{t.tile_h}x{t.tile_w} tiles do not divide the {wkl.out_height}x{wkl.out_width} output"
+        return reason
+
+    def shape(self, wkl, t, env) -> F.TileShape:
+        hw = self.hw_groups(wkl, env)
+        kh, kw = wkl.hkernel, wkl.wkernel
+        th = t.tile_h // t.h_nthread
+        th_in, tw_in = (th - 1) * wkl.hstride + kh, (t.tile_w - 1) * wkl.wstride + kw
+        g_loop, c_loop = (t.tile_g // t.oc_nthread, t.tile_co) if t.tile_g > 1 else (1, t.tile_co // t.oc_nthread)
+        loops = (hw.groups // t.tile_g, hw.cob_g // t.tile_co, wkl.batch // env.BATCH, wkl.out_height // t.tile_h,
+                 wkl.out_width // t.tile_w)
+        return F.TileShape(
+            inp_chunk=t.tile_g * t.tile_ci * th_in * tw_in * t.h_nthread,
+            wgt_chunk=t.tile_g * t.tile_co * t.tile_ci * kh * kw, wgt_tile=t.tile_g * t.tile_co * hw.cib_g * kh * kw,
+            wgt_layer=hw.groups * hw.cob_g * hw.cib_g * kh * kw,
+            gemm_chunk=t.tile_g * t.tile_co * t.tile_h * t.tile_w * t.tile_ci * kh * kw,
+            acc_elems=t.tile_g * t.tile_co * t.tile_h * t.tile_w, acc_per_operand=t.tile_g * t.tile_co,
+            chunks=hw.cib_g // t.tile_ci, out_tiles=loops[0] * loops[1], spatial_tiles=loops[2] * loops[3] * loops[4],
+            oc_threads=t.oc_nthread, row_threads=t.h_nthread, chunks_in_flight=t.ko_nthread,
+            wgt_at_co=t.wgt_at == "co", uops=F.kernel_uops([g_loop, c_loop, th, t.tile_w, t.tile_ci, kh, kw]),
+            # threads over groups (tile_g > 1) load their groups' own input channels
+            inp_loads=g_loop * t.tile_ci, inp_private=t.tile_g > 1, store_insns=g_loop * c_loop,
+            run_tiles=F.innermost(loops),
+            inp_padding=F.padding_fraction((wkl.out_height // th, -wkl.hpad, th * wkl.hstride, th_in, wkl.height),
+                                           (wkl.out_width // t.tile_w, -wkl.wpad, t.tile_w * wkl.wstride, tw_in,
+                                            wkl.width)))
+
+    def needs(self, wkl, t, env, acc_operands=1):
+        return self.shape(wkl, t, env).needs(acc_operands)
+
+    def estimate(self, wkl, t, env):
+        return F.estimate_cycles(self.shape(wkl, t, env), env)
+
+    # ---------------------------------------------------------------------------------------- schedule
+    def schedule(self, func, tiling=None, env=None, mock=(), wkl=None):
+        env = env or get_env()
+        names = mock_names(env, mock)
+        sch = s_tir.Schedule(func)
+        conv, producers, ewise, out = find_blocks(sch, "group_conv2d")
+        kernel_shape = [int(x) for x in sch.get(conv).reads[1].source.ty.shape]
+        b, co, h, w, b_i, c_i, ko, dy, dx, k_i = sch.get_loops(conv)
+        nb, cob, oh, ow, cib_g = (int(sch.get(lp).extent) for lp in (b, co, h, w, ko))
+        data_cib = int(sch.get(conv).reads[0].source.ty.shape[1])
+        if kernel_shape[1] != cib_g or data_cib % cib_g:
+            raise VTACompileError("schedule_group_conv2d_packed: the function is not a group_conv2d_packed layer")
+        groups = data_cib // cib_g
+        hw = HwGroups(groups, cib_g, cob // groups, False)
+        if tiling is None:
+            wkl = wkl or self.workload_of(func)
+            if wkl is None:
+                raise VTACompileError("schedule_group_conv2d_packed: give a tiling, or a function made by "
+                                      "group_conv2d_layer (it records its workload)")
+            tiling = self.tiling(wkl, env)
+        t = tiling
+        reason = check_tiling(hw, t)
+        if reason is None and (oh % t.tile_h or ow % t.tile_w):
+            reason = f"{t.tile_h}x{t.tile_w} tiles do not divide the {oh}x{ow} output"
+        if reason:
+            raise VTACompileError(f"group_conv2d tiling {t}: {reason}")
+        sch.set_scope(conv, 0, env.acc_scope)
+        for blk in ewise:
+            sch.set_scope(blk, 0, env.acc_scope)
+
+        g, c = sch.split(co, [groups, hw.cob_g])
+        g_thr, c_thr = (t.oc_nthread, 1) if t.tile_g > 1 else (1, t.oc_nthread)
+        g_o, g_v, g_i = sch.split(g, [groups // t.tile_g, g_thr, t.tile_g // g_thr])
+        c_o, c_v, c_i2 = sch.split(c, [hw.cob_g // t.tile_co, c_thr, t.tile_co // c_thr])
+        h_o, h_v, h_i = sch.split(h, [oh // t.tile_h, t.h_nthread, t.tile_h // t.h_nthread])
+        w_o, w_i = sch.split(w, [ow // t.tile_w, t.tile_w])
+        ko_o, ko_v, ko_i = sch.split(ko, [cib_g // (t.tile_ci * t.ko_nthread), t.ko_nthread, t.tile_ci])
+        sch.reorder(g_o, c_o, b, h_o, w_o, g_v, c_v, h_v, ko_o, ko_v, g_i, c_i2, h_i, w_i, ko_i, dy, dx, b_i, c_i,
+                    k_i)
+        if t.ko_nthread > 1:
+            sch.annotate(ko_v, PIPELINE, 1)
+        if g_thr > 1:
+            sch.bind(g_v, "vthread.x")
+        if c_thr > 1:
+            sch.bind(c_v, "vthread.x")
+        if t.h_nthread > 1:
+            sch.bind(h_v, "vthread.y")
+        F.finish_schedule(sch, env, func, conv, producers, ewise, out, attach=h_v, ko_o=ko_o, ko_v=ko_v,
+                          wgt_at=c_o if t.wgt_at == "co" else ko_v, lanes=(b_i, c_i), names=names)
+        return sch
+
+    # ---------------------------------------------------------------------------------------- data
+    def pack_weights(self, w, wkl, env):
+        w = np.pad(w, ((0, wkl.out_filter - w.shape[0]), (0, 0), (0, 0), (0, 0)))    # padded groups: zero weights
+        return pack_group_conv2d_kernel(w, wkl, env)
+
+    def pack_channels(self, v, wkl, env):
+        v = np.pad(np.asarray(v, np.int32), (0, wkl.out_filter - len(v)))
+        return P.pack_bias_conv(v, wkl.batch, env.BATCH, env.BLOCK_OUT)
+
+    def data(self, wkl, env, acc_operands, seed=0):
+        rng = np.random.default_rng(seed)
+        x, w, b = F.random_layer(rng, wkl, (wkl.out_filter, wkl.in_per_group, wkl.hkernel, wkl.wkernel))
+        # the reference is a direct grouped convolution of the unpacked tensors (no blocks, no diagonal tiles)
+        acc = plus_bias(group_conv2d_accumulate(x, w, wkl.groups, (wkl.hstride, wkl.wstride),
+                                                (wkl.hpad, wkl.wpad)), b)
+        return F.conv_layer_data(self, wkl, env, acc_operands, rng, x, w, b, acc, self.issued_macs(wkl, env))
+
+    def unpack(self, out):
+        return P.unpack_nchw(out)
+
+    # ---------------------------------------------------------------------------------------- graphs
+    def pattern(self):
+        return is_op("relax.nn.conv2d")(wildcard(), is_const())        # groups > 1 (conv2d takes groups == 1)
+
+    def host_macs(self, out_shape, arg_shapes):
+        return int(np.prod(out_shape) * np.prod(arg_shapes[1][1:]))
+
+    def from_relax(self, attrs, x_shape, weight, out_shape, env, options):
+        reason = F.layout_refusal(attrs, ("NCHW", "OIHW"))
+        if reason:
+            return reason
+        groups = int(attrs.groups)
+        if groups == 1:
+            return None                 # conv2d's
+        depthwise = groups == x_shape[1]
+        if depthwise and options.get("depthwise", "vta") == "cpu":
+            return DEPTHWISE_NOTE["cpu"]
+        reason = F.window_refusal(attrs)
+        if reason:
+            return reason
+        n, c, h, w = x_shape
+        kh, kw = weight.shape[2:]
+        (sh, sw), (pt, pl, _, _) = tuple(int(s) for s in attrs.strides), F.pads(attrs)
+        o, g = out_shape[1], groups
+        cpg = c // g
+        bi, bo = env.BLOCK_IN, env.BLOCK_OUT
+        if c % bi and cpg == o // g and bi == bo and bi % cpg == 0:     # pad with whole groups of zero weights
+            c = o = F.ceil_to(c, bi)
+            g = c // cpg
+        return Offload(self, GroupConv2DWorkload(n, h, w, c, o, g, kh, kw, pt, pl, sh, sw), weight,
+                       params={"depthwise": depthwise}, note=DEPTHWISE_NOTE["vta"] if depthwise else "")
+
+    def placement_refusal(self, off, env, acc_operands):
+        reason = self.refusal(off.workload, env, acc_operands)
+        what = "depthwise" if off.params.get("depthwise") else "group"
+        return f"VTA cannot run this {what} convolution: {reason}" if reason else None
+
+
+def check_tiling(hw: HwGroups, t: GroupConv2DTiling) -> str | None:
+    """Why the group_conv2d schedule refuses tiling ``t`` of hardware groups ``hw``, or None."""
+    if min(t.tile_g, t.tile_co, t.tile_ci, t.tile_h, t.tile_w) < 1 or hw.groups % t.tile_g or hw.cob_g % t.tile_co \
+            or hw.cib_g % t.tile_ci:
         return (f"the tile ({t.tile_g} groups, {t.tile_co} output and {t.tile_ci} input blocks per group) must "
                 f"divide the {hw.groups} groups of {hw.cob_g} output and {hw.cib_g} input blocks")
     if t.tile_g > 1 and (t.tile_co != hw.cob_g or t.tile_ci != hw.cib_g):
         return "a tile of several groups must hold each group's channel blocks whole (tile_co, tile_ci)"
     oc_split = t.tile_g if t.tile_g > 1 else t.tile_co
-    if oc_split % t.oc_nthread or t.tile_h % t.h_nthread or (hw.cib_g // t.tile_ci) % t.ko_nthread:
+    if min(t.oc_nthread, t.h_nthread, t.ko_nthread) < 1 or oc_split % t.oc_nthread or t.tile_h % t.h_nthread or \
+            (hw.cib_g // t.tile_ci) % t.ko_nthread:
         return "the virtual threads must divide the tile"
-    if t.wgt_at not in ("ko", "co"):
+    if t.wgt_at not in F.WGT_AT:
         return f"wgt_at must be 'ko' or 'co', not {t.wgt_at!r}"
     return None
 
 
-def _sizes(env: Environment, wkl: GroupConv2DWorkload, hw: _HwGroups, t: GroupConv2DTiling, acc_operands: int = 1):
-    """SRAM elements (inp, wgt, acc) and GEMM kernel uops of one tiling; ``acc_operands`` per-channel
-    tensors (bias, shift) share ACC with the accumulators."""
-    kh, kw, hs, ws = wkl.hkernel, wkl.wkernel, wkl.hstride, wkl.wstride
-    th = t.tile_h // t.h_nthread
-    th_in, tw_in = (th - 1) * hs + kh, (t.tile_w - 1) * ws + kw
-    inp = t.tile_g * t.tile_ci * th_in * tw_in * t.h_nthread * t.ko_nthread
-    wgt = t.tile_g * t.tile_co * (hw.cib_g if t.wgt_at == "co" else t.tile_ci * t.ko_nthread) * kh * kw
-    acc = t.tile_g * t.tile_co * (t.tile_h * t.tile_w + acc_operands)      # accumulators + bias, shift
-    g_loop, c_loop = (t.tile_g // t.oc_nthread, t.tile_co) if t.tile_g > 1 else (1, t.tile_co // t.oc_nthread)
-    loops = sorted([g_loop, c_loop, th, t.tile_w, t.tile_ci, kh, kw], reverse=True)
-    return inp, wgt, acc, math.prod(loops[2:])
+GROUP_CONV2D = register(GroupConv2D())
 
 
-def _fits(env: Environment, sizes) -> bool:
-    inp, wgt, acc, uops = sizes
-    return inp <= env.INP_BUFF_DEPTH and wgt <= env.WGT_BUFF_DEPTH and acc <= env.ACC_BUFF_DEPTH and \
-        uops <= kernel_uop_budget(env)
+# ------------------------------------------------------------------------------------------------ public names
+def group_conv2d_supported(wkl: GroupConv2DWorkload, env: Environment | None = None,
+                           acc_operands: int = 1) -> str | None:
+    """None if VTA can run this group convolution, else the reason in one sentence (``acc_operands``
+    as for ``group_conv2d_tiling``)."""
+    return GROUP_CONV2D.refusal(wkl, env, acc_operands)
 
 
-def estimate_cycles(env: Environment, wkl: GroupConv2DWorkload, hw: _HwGroups, t: GroupConv2DTiling) -> float:
-    """conv2d's cost model (exposed load latency, GEMM and ALU work, DRAM traffic) for a group tile."""
-    bus = env.AXI_DATA_BYTES
-    nb = wkl.batch // env.BATCH
-    oh, ow, kh, kw = wkl.out_height, wkl.out_width, wkl.hkernel, wkl.wkernel
-    th = t.tile_h // t.h_nthread
-    th_in, tw_in = (th - 1) * wkl.hstride + kh, (t.tile_w - 1) * wkl.wstride + kw
-    chunks = hw.cib_g // t.tile_ci
-    n_co = (hw.groups // t.tile_g) * (hw.cob_g // t.tile_co)
-    n_sp = nb * (oh // t.tile_h) * (ow // t.tile_w)
-    inp_c = t.tile_g * t.tile_ci * th_in * tw_in * t.h_nthread * env.INP_ELEM_BYTES / bus
-    wgt_c = 0 if t.wgt_at == "co" else t.tile_g * t.tile_co * t.tile_ci * kh * kw * env.WGT_ELEM_BYTES / bus
-    gemm_c = t.tile_g * t.tile_co * t.tile_h * t.tile_w * t.tile_ci * kh * kw
-    threads = t.oc_nthread * t.h_nthread
-    tile = chunks * chunk_cycles(inp_c + wgt_c, gemm_c, threads, t.ko_nthread > 1, t.h_nthread)
-    if t.ko_nthread > 1:
-        tile += inp_c + wgt_c       # the first chunk's loads
-    acc_elems = t.tile_g * t.tile_co * t.tile_h * t.tile_w
-    tile += 5 * acc_elems + acc_elems * env.OUT_ELEM_BYTES / bus / threads + 40     # ALU: one compute module
-    # the first tile's loads and the last one's GEMMs overlap nothing: big tiles pay for it
-    chunk_wgt_c = t.tile_g * t.tile_co * t.tile_ci * kh * kw * env.WGT_ELEM_BYTES / bus
-    total = n_co * n_sp * tile + (inp_c + chunk_wgt_c + gemm_c) / threads
-    wgt_bytes = hw.groups * hw.cob_g * hw.cib_g * kh * kw * env.WGT_ELEM_BYTES
-    if t.wgt_at == "co":
-        total += wgt_bytes / bus
-    else:
-        wgt_bytes *= n_sp
-    inp_bytes = n_co * n_sp * t.tile_g * hw.cib_g * th_in * tw_in * t.h_nthread * env.INP_ELEM_BYTES
-    return total + TRAFFIC_WEIGHT * (inp_bytes + wgt_bytes) / bus
+def depthwise_conv2d_supported(wkl: GroupConv2DWorkload, env: Environment | None = None,
+                               acc_operands: int = 1) -> str | None:
+    """None if VTA can run this depthwise convolution (block-diagonal weight tiles), else the reason."""
+    if not wkl.is_depthwise:
+        return (f"not a depthwise convolution ({wkl.groups} groups of {wkl.in_per_group} input and "
+                f"{wkl.out_per_group} output channels)")
+    return group_conv2d_supported(wkl, env, acc_operands)
 
 
-def candidate_tilings(wkl: GroupConv2DWorkload, env: Environment | None = None, acc_operands: int = 1):
-    """Every legal tiling that fits the buffers and the uop budget."""
-    env = env or get_env()
-    hw = _hw_groups(wkl, env)
-    oh, ow = wkl.out_height, wkl.out_width
-    for oc_n, h_n, ko_n, wgt_at in itertools.product((1, 2), (1, 2), (1, 2), ("ko", "co")):
-        for tg, tco, th, tw, tci in itertools.product(divisors(hw.groups), divisors(hw.cob_g), divisors(oh),
-                                                      divisors(ow), divisors(hw.cib_g)):
-            t = GroupConv2DTiling(tg, tco, th, tw, tci, oc_n, h_n, wgt_at, ko_n)
-            if _check_tiling(hw, t) is None and _fits(env, _sizes(env, wkl, hw, t, acc_operands)):
-                yield t
+def group_conv2d_layer(wkl: GroupConv2DWorkload, env: Environment | None = None, shift: int = 8, bias: bool = True,
+                       clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
+    """A whole layer as a PrimFunc: ``res = int8(clip((group_conv2d(data, kernel) + bias) >> shift))``.
+
+    Parameters: data ``(N/B, CI/BI, H, W, B, BI)``, kernel ``(CO/BO, CIG/BI, KH, KW, BO, BI)`` as made by
+    ``pack_group_conv2d_kernel``, [bias ``(N/B, CO/BO, 1, 1, B, BO)``], [shift], res. With ``channel_shift``
+    the shift is a per-output-channel int32 tensor shaped like the bias.
+    """
+    return GROUP_CONV2D.compute(wkl, env, shift=shift, bias=bias, clip=clip, channel_shift=channel_shift)
+
+
+def depthwise_conv2d_layer(wkl: GroupConv2DWorkload, env: Environment | None = None, shift: int = 8,
+                           bias: bool = True, clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
+    """A depthwise layer (``wkl.groups`` == channels) as a PrimFunc; its kernel comes from
+    ``pack_depthwise_kernel`` (block-diagonal 16x16 tiles)."""
+    reason = depthwise_conv2d_supported(wkl, env, 1 + int(channel_shift))
+    if reason:
+        raise VTACompileError(f"depthwise_conv2d {wkl}: {reason}")
+    return group_conv2d_layer(wkl, env, shift, bias, clip, channel_shift)
 
 
 def group_conv2d_tiling(wkl: GroupConv2DWorkload, env: Environment | None = None,
                         acc_operands: int = 1, tuned: bool = True) -> GroupConv2DTiling:
     """The tiling of a workload: the best measured one (``vta_compiler.autotune`` records: the active
     ``apply_history_best``, else the records shipped with the package) when ``tuned`` and there is one,
-    else the cheapest (by ``estimate_cycles``) that fits the on-chip buffers and the uop budget
-    (``acc_operands``: per-channel epilogue tensors in ACC, 1 for a bias, 2 for a bias and a shift)."""
-    env = env or get_env()
-    hw = _hw_groups(wkl, env)
-    if tuned:
-        best = tuned_tiling("group_conv2d", wkl, env, acc_operands)
-        if best is not None:
-            return best
-    best = min(candidate_tilings(wkl, env, acc_operands), key=lambda t: estimate_cycles(env, wkl, hw, t),
-               default=None)
-    if best is None:
-        needs = _sizes(env, wkl, hw, GroupConv2DTiling(), acc_operands)
-        limits = (env.INP_BUFF_DEPTH, env.WGT_BUFF_DEPTH, env.ACC_BUFF_DEPTH, kernel_uop_budget(env))
-        names = ("INP buffer elements", "WGT buffer elements", "ACC buffer elements", "GEMM kernel uops")
-        over = [f"{n} {need} > {lim}" for n, need, lim in zip(names, needs, limits) if need > lim]
-        raise VTACompileError(f"group_conv2d {wkl}: no tiling fits the on-chip buffers of {env.MODEL}: the smallest "
-                              f"tile needs {', '.join(over or ['more than fits'])}")
-    return best
+    else the cost model's choice among every tiling of the knobs that fits the on-chip buffers and the uop
+    budget (``acc_operands``: per-channel epilogue tensors in ACC, 1 for a bias, 2 for a bias and a shift)."""
+    return GROUP_CONV2D.tiling(wkl, env, acc_operands, tuned)
 
 
-# ------------------------------------------------------------------------------------------------ schedule
+depthwise_conv2d_tiling = group_conv2d_tiling
+
+
 def schedule_group_conv2d_packed(func, tiling: GroupConv2DTiling | None = None,
                                  wkl: GroupConv2DWorkload | None = None, env: Environment | None = None,
                                  mock: tuple[str, ...] = ()) -> s_tir.Schedule:
-    """Schedule a group_conv2d_packed function (with its element-wise epilogue and final int8 cast).
+    """Schedule a group_conv2d_packed function (with its element-wise epilogue and final int8 cast); without a
+    ``tiling``, the workload's (read from a function made by ``group_conv2d_layer``).
 
     ``mock``: parts to skip ("dma", "alu", "gemm"), for GEMM-only or ALU-only measurements.
     """
-    env = env or get_env()
-    dma_copy, alu, gemm, gemm_reset = mock_names(env, mock)
-    sch = s_tir.Schedule(func)
-    conv, producers, ewise, out = find_blocks(sch, "group_conv2d")
-    kernel_shape = [int(x) for x in sch.get(conv).reads[1].source.ty.shape]
-    b, co, h, w, b_i, c_i, ko, dy, dx, k_i = sch.get_loops(conv)
-    nb, cob, oh, ow, cib_g = (int(sch.get(lp).extent) for lp in (b, co, h, w, ko))
-    data_cib = int(sch.get(conv).reads[0].source.ty.shape[1])
-    if kernel_shape[1] != cib_g or data_cib % cib_g:
-        raise VTACompileError("schedule_group_conv2d_packed: the function is not a group_conv2d_packed layer")
-    groups = data_cib // cib_g
-    hw = _HwGroups(groups, cib_g, cob // groups, False)
-    if tiling is None:
-        if wkl is None:
-            raise VTACompileError("schedule_group_conv2d_packed: give a tiling or the workload to choose one")
-        tiling = group_conv2d_tiling(wkl, env)
-    t = tiling
-    reason = _check_tiling(hw, t)
-    if reason is None and (oh % t.tile_h or ow % t.tile_w):
-        reason = f"{t.tile_h}x{t.tile_w} tiles do not divide the {oh}x{ow} output"
-    if reason:
-        raise VTACompileError(f"group_conv2d tiling {t}: {reason}")
-    sch.set_scope(conv, 0, env.acc_scope)
-    for blk in ewise:
-        sch.set_scope(blk, 0, env.acc_scope)
-
-    g, c = sch.split(co, [groups, hw.cob_g])
-    g_thr, c_thr = (t.oc_nthread, 1) if t.tile_g > 1 else (1, t.oc_nthread)
-    g_o, g_v, g_i = sch.split(g, [groups // t.tile_g, g_thr, t.tile_g // g_thr])
-    c_o, c_v, c_i2 = sch.split(c, [hw.cob_g // t.tile_co, c_thr, t.tile_co // c_thr])
-    h_o, h_v, h_i = sch.split(h, [oh // t.tile_h, t.h_nthread, t.tile_h // t.h_nthread])
-    w_o, w_i = sch.split(w, [ow // t.tile_w, t.tile_w])
-    ko_o, ko_v, ko_i = sch.split(ko, [cib_g // (t.tile_ci * t.ko_nthread), t.ko_nthread, t.tile_ci])
-    sch.reorder(g_o, c_o, b, h_o, w_o, g_v, c_v, h_v, ko_o, ko_v, g_i, c_i2, h_i, w_i, ko_i, dy, dx, b_i, c_i, k_i)
-    if t.ko_nthread > 1:
-        sch.annotate(ko_v, PIPELINE, 1)
-    if g_thr > 1:
-        sch.bind(g_v, "vthread.x")
-    if c_thr > 1:
-        sch.bind(c_v, "vthread.x")
-    if t.h_nthread > 1:
-        sch.bind(h_v, "vthread.y")
-
-    attach_epilogue(sch, env, func, ewise, out, h_v, dma_copy)
-    inp = sch.cache_read(conv, 0, env.inp_scope)
-    sch.compute_at(inp, ko_v, preserve_unit_loops=True)
-    for p in producers:
-        sch.compute_inline(p)
-    wgt = sch.cache_read(conv, 1, env.wgt_scope)
-    sch.compute_at(wgt, c_o if t.wgt_at == "co" else ko_v, preserve_unit_loops=True)
-
-    init = sch.decompose_reduction(conv, ko_o)
-    if env.BATCH == 1:
-        sch.tensorize(sch.get_loops(init)[-1], gemm_reset)
-        sch.tensorize(c_i, gemm)
-    else:
-        sch.tensorize(sch.get_loops(init)[-2], gemm_reset)
-        sch.tensorize(b_i, gemm)
-
-    pragma(sch, sch.get_loops(inp)[-4], dma_copy)     # per input-channel block: rows x columns, padded
-    pragma(sch, sch.get_loops(wgt)[-6], dma_copy)     # output-channel rows x (ci, kh, kw) columns
-    for blk in ewise:
-        pragma(sch, sch.get_loops(blk)[-6], alu)
-    pragma(sch, sch.get_loops(out)[-4], dma_copy)     # per output-channel block: rows x columns
-    return sch
+    return GROUP_CONV2D.schedule(func, tiling, env, mock, wkl=wkl)
 
 
-def schedule_depthwise_conv2d_packed(func, tiling: GroupConv2DTiling | None = None,
-                                     wkl: GroupConv2DWorkload | None = None, env: Environment | None = None,
-                                     mock: tuple[str, ...] = ()) -> s_tir.Schedule:
-    """Schedule a ``depthwise_conv2d_layer`` (it is a block-diagonal group convolution)."""
-    return schedule_group_conv2d_packed(func, tiling, wkl, env, mock)
+schedule_depthwise_conv2d_packed = schedule_group_conv2d_packed
 
 
-def depthwise_conv2d_tiling(wkl: GroupConv2DWorkload, env: Environment | None = None,
-                            acc_operands: int = 1, tuned: bool = True) -> GroupConv2DTiling:
-    return group_conv2d_tiling(wkl, env, acc_operands, tuned)
+def candidate_tilings(wkl: GroupConv2DWorkload, env: Environment | None = None, acc_operands: int = 1):
+    """Every legal tiling that fits the buffers and the uop budget."""
+    return GROUP_CONV2D.legal(wkl, env or get_env(), acc_operands)

@@ -61,7 +61,8 @@ print(f"quantized in {time.perf_counter() - t0:.1f} s")
 # Packing and placement
 # ---------------------
 # ``graph_pack`` matches each convolution or dense layer with its epilogue (Relax dataflow
-# patterns, :data:`vta_compiler.graph.PATTERNS`) and replaces it with a ``vta.top`` kernel.
+# patterns of the registered operators, :func:`vta_compiler.graph.patterns`) and replaces it with a ``vta.top``
+# kernel.
 # :func:`~vta_compiler.graph.placement` says where each operator runs and why.
 
 pmod = graph.graph_pack(qmod)

@@ -83,7 +83,7 @@ fsim_stats = {}
 for c in (default, cfg):
     with vta.Environment(c) as env:
         vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice(c)))
-        r = run_dense(16, 256, 256)
+        r = run_dense((16, 256, 256))
         vta_runtime.set_command_queue(None)
         fsim_stats[c.MODEL] = r.stats
         print(f"{env.MODEL:<32} exact: {r.correct}; GEMM micro-ops {r.stats['gemm_counter']:>5} "
@@ -108,7 +108,7 @@ else:
     print("HWCONFIG read from the Verilated core:", describe_hwconfig(dev.mmio.reg("HWCONFIG")))
     with vta.Environment(cfg):
         vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
-        r = run_dense(16, 256, 256)
+        r = run_dense((16, 256, 256))
         vta_runtime.set_command_queue(None)
     same = all(r.stats[k] == v for k, v in fsim_stats[cfg.MODEL].items())
     print(f"tsim: exact: {r.correct}; {r.stats['cycle_count']} cycles; its seven counters equal fsim's: {same}")

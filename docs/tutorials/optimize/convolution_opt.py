@@ -61,7 +61,7 @@ peak = env.BATCH * env.BLOCK_IN * env.BLOCK_OUT
 
 
 def measure(label: str, tiling: Conv2DTiling) -> None:
-    assert fits(env, wkl, tiling), f"{tiling} does not fit the SRAMs"
+    assert fits(wkl, tiling, env), f"{tiling} does not fit the SRAMs"
     line = []
     for device_class in (FsimDevice, TsimDevice) if verilator_available() else (FsimDevice,):
         vta_runtime.set_command_queue(vta_runtime.CommandQueue(device_class(env.config)))

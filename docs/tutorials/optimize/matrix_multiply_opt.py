@@ -188,9 +188,9 @@ print("\n".join(buf.getvalue().splitlines()[:16]))
 # :func:`~vta_compiler.top.dense_tiling` picks the tiles from the buffer sizes with a small cost
 # model.
 
-from vta_compiler.top import dense_tiling, schedule_dense_packed  # noqa: E402
+from vta_compiler.top import DenseWorkload, dense_tiling, schedule_dense_packed  # noqa: E402
 
-tiling = dense_tiling(batch, in_features, out_features)
+tiling = dense_tiling(DenseWorkload(batch, in_features, out_features))
 print(tiling)
 measure("vta.top.schedule_dense_packed", schedule_dense_packed(func, tiling))
 

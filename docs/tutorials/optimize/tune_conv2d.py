@@ -102,7 +102,7 @@ print(log.read_text().splitlines()[0][:300], "...")
 # Inside ``apply_history_best``, :func:`~vta_compiler.top.conv2d_tiling` (which
 # ``schedule_conv2d_packed`` calls when it is given no tiling) returns the best record of the
 # workload. Outside, builds use the records shipped with the package
-# (``vta_compiler/autotune/records/``, ResNet-18's layers) and then the cost model.
+# (``vta_compiler/tiling/shipped/``, ResNet-18's layers) and then the cost model.
 
 with autotune.apply_history_best(log):
     tiling = conv2d_tiling(wkl, env)

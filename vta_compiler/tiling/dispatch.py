@@ -3,7 +3,7 @@
 ``conv2d_tiling`` / ``dense_tiling`` / ``group_conv2d_tiling`` / ``conv2d_transpose_tiling`` (and
 ``graph_pack`` through them) ask :func:`lookup` first:
 the innermost ``apply_history_best`` context that has a record for the workload wins, then the
-shipped records (``vta_compiler/autotune/records/*.jsonl``, like the original's TopHub: tuned
+shipped records (``vta_compiler/tiling/shipped/*.jsonl``, like the original's TopHub: tuned
 ResNet-18 layers for the default configuration), then the cost model. Records apply only to the
 hardware configuration they were measured on (``records.config_hash``).
 ``VTA_AUTOTUNE_DEFAULT_RECORDS=0`` turns the shipped records off; ``cost_model_only()`` turns every
@@ -18,10 +18,11 @@ import os
 import threading
 from pathlib import Path
 
+from . import registry
 from .records import History, Record, config_hash, load_history, read_records
 
 #: the records shipped with the package (TopHub)
-DEFAULT_RECORDS_DIR = Path(__file__).resolve().parent / "records"
+DEFAULT_RECORDS_DIR = Path(__file__).resolve().parent / "shipped"
 #: set to ``0`` to make builds ignore the shipped records
 DEFAULT_RECORDS_ENV = "VTA_AUTOTUNE_DEFAULT_RECORDS"
 
@@ -32,7 +33,7 @@ _default: tuple[tuple, dict[str, History]] | None = None
 
 
 def default_record_files() -> list[Path]:
-    """The record files shipped with the package (``vta_compiler/autotune/records/*.jsonl``)."""
+    """The record files shipped with the package (``vta_compiler/tiling/shipped/*.jsonl``)."""
     return sorted(DEFAULT_RECORDS_DIR.glob("*.jsonl"))
 
 
@@ -63,9 +64,8 @@ def default_history(config) -> History:
 
 def lookup(kind: str, workload, env, acc_operands: int):
     """The best recorded tiling for a workload under the active records, or None."""
-    from .space import get_space
     try:
-        space = get_space(kind)
+        space = registry.get(kind)
     except KeyError:
         return None
     wjson = space.workload_to_json(workload)
@@ -112,7 +112,7 @@ def apply_history_best(records, env=None):
     ``group_conv2d_tiling`` and ``conv2d_transpose_tiling`` (hence
     ``schedule_conv2d_packed``, ``graph.graph_pack`` and ``graph.build``) take the fastest correct tiling
     recorded for the layer's workload. Workloads without a record fall back to the shipped records
-    (``vta_compiler/autotune/records/``), then to the cost model. Contexts nest; the innermost wins.
+    (``vta_compiler/tiling/shipped/``), then to the cost model. Contexts nest; the innermost wins.
 
     Args:
         records: a log path, a list of paths, a ``History`` or a list of ``Record``.

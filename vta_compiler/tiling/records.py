@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .space import get_space
+from . import registry
 from .task import Task, task_key
 
 VERSION = 1
@@ -71,7 +71,7 @@ class Record:
         return json.dumps(self.knobs, sort_keys=True)
 
     def tiling(self):
-        return self.task.space.tiling(self.knobs)
+        return self.task.op.tiling_from_knobs(self.knobs)
 
     def to_json(self) -> dict:
         return {"v": VERSION, "config": self.config, "model": self.model, "device": self.device,
@@ -170,7 +170,7 @@ class History:
         """The fastest measured tiling that the schedule accepts with ``acc_operands`` ACC operands: records of
         the exact task first, then records of the same workload measured with another epilogue (a tiling
         measured with a bias alone also serves a layer with a per-channel shift, if it still fits)."""
-        space = get_space(kind)
+        space = registry.get(kind)
         wkl = None
         keys = [task_key(kind, workload_json, acc_operands)] + \
             [task_key(kind, workload_json, a) for a in (1, 2, 3) if a != acc_operands]
@@ -180,7 +180,7 @@ class History:
                 if wkl is None:
                     wkl = space.workload_from_json(workload_json)
                 try:
-                    t = space.tiling(r.knobs)
+                    t = space.tiling_from_knobs(r.knobs)
                 except TypeError:
                     continue               # knobs of another version of the schedule
                 if space.valid(wkl, t, env) and space.fits(wkl, t, env, acc_operands):

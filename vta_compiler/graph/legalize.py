@@ -1,0 +1,130 @@
+"""Legalization: whether VTA can run a matched layer (a GEMM op and VTA's epilogue after it), and as what.
+
+The epilogue's checks are the same for every operator (int8 result, int8 operands, an int32 bias and
+shift per channel, shifts 0..31); the core op's are the operator's own (``Operator.from_relax``: layouts,
+groups, dilation, padding, the workload it maps to, and ``placement_refusal``: whether a tiling fits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..environment import Environment
+from ..tiling import Offload, Operator
+from .ir import Const, GraphError, Node
+
+
+@dataclass
+class VtaLayer:
+    """A layer graph_pack runs on VTA: its nodes, input, operator and workload, and its epilogue."""
+    name: str
+    out: Node
+    nodes: list[Node]
+    x: Node
+    offload: Offload
+    bias: np.ndarray | None                 # int32 per output channel
+    shift: int | np.ndarray | None          # immediate or int32 per output channel
+    clip: tuple[int, int] | None
+
+    @property
+    def op(self) -> Operator:
+        return self.offload.op
+
+    @property
+    def workload(self):
+        return self.offload.workload
+
+    @property
+    def acc_operands(self) -> int:
+        """Per-channel tensors in ACC beside the accumulators: the bias (always reserved) and a shift tensor."""
+        return 1 + int(isinstance(self.shift, np.ndarray))
+
+    @property
+    def label(self) -> str:
+        return self.op.label(self.workload)
+
+    @property
+    def macs(self) -> int:
+        """Useful multiply-accumulates of the layer as the network has it (no padding, no folding)."""
+        core = self.nodes[-1]
+        return self.op.host_macs(core.shape, [a.shape for a in core.tensor_args])
+
+
+def channel_vector(c: Const, nout: int, what: str, axis: int = 1, rank: int | None = None) -> np.ndarray | str:
+    """A constant as one value per output channel along ``axis`` of a rank-``rank`` tensor (a scalar is
+    broadcast), or why it is not one."""
+    v = c.value
+    if v.size == 1:
+        return np.full(nout, v.reshape(-1)[0], v.dtype)
+    squeezed = [d for d in v.shape if d != 1]
+    if rank is not None and axis < 0:       # right-aligned broadcasting: the constant's own axis
+        axis = v.ndim + axis
+    if squeezed != [nout] or v.ndim < 1 or (v.ndim >= 2 and v.shape[axis] != nout):
+        return f"the {what} {v.shape} is not one value per output channel"
+    return v.reshape(-1)
+
+
+def chain(out: Node) -> dict[str, Node]:
+    """The nodes of a matched layer, by role, walking up from the cast."""
+    parts = {"astype": out}
+    cur = out.args[0]
+    for role, op in (("clip", "relax.clip"), ("shift", "relax.right_shift"), ("bias", "relax.add")):
+        if cur.op == op:
+            parts[role] = cur
+            cur = cur.args[0]
+    parts["core"] = cur
+    return parts
+
+
+def legalize(op: Operator, parts: dict[str, Node], env: Environment, options: dict) -> VtaLayer | str | None:
+    """The layer VTA runs for a matched chain, why it cannot (a placement note), or None if the chain is not
+    ``op``'s to take."""
+    core, out = parts["core"], parts["astype"]
+    x, w = core.args[0], core.args[1]
+    a = core.call.attrs
+    if out.dtype != "int8":
+        return f"the result is cast to {out.dtype}; VTA stores int8"
+    if x.dtype != "int8" or w.dtype != "int8":
+        return f"{x.dtype} data times {w.dtype} weights; VTA multiplies int8 by int8"
+    if str(a.out_dtype) != "int32":
+        return f"accumulates in {a.out_dtype}; VTA accumulates in int32"
+    off = op.from_relax(a, tuple(x.shape), w.value, tuple(out.shape), env, options)
+    if off is None or isinstance(off, str):
+        return off
+    axis, rank = off.channel_axis, len(out.shape)
+    nout = out.shape[axis]
+    bias = shift = None
+    if "bias" in parts:
+        b = parts["bias"].args[1]
+        if b.dtype != "int32":
+            return f"the bias is {b.dtype}; VTA adds int32"
+        bias = channel_vector(b, nout, "bias", axis, rank)
+        if isinstance(bias, str):
+            return bias
+    if "shift" in parts:
+        v = channel_vector(parts["shift"].args[1], nout, "shift", axis, rank)
+        if isinstance(v, str):
+            return v
+        if v.min() < 0 or v.max() > 31:
+            return f"shift amounts {v.min()}..{v.max()} (VTA's SHR shifts right by 0..31)"
+        shift = int(v[0]) if (v == v[0]).all() else v.astype(np.int32)
+    clip = None
+    if "clip" in parts:
+        lo, hi = (int(p.value) for p in parts["clip"].args[1:3])
+        clip = (max(lo, -(1 << 31)), min(hi, (1 << 31) - 1))
+    layer = VtaLayer(out.name, out, list(parts.values()), x, off, bias, shift, clip)
+    if x.shape[0] % env.BATCH:
+        return layer            # no tiling question: graph_pack refuses the whole network (check_batch)
+    return op.placement_refusal(off, env, layer.acc_operands) or layer
+
+
+def check_batch(layers: list[VtaLayer], env: Environment) -> None:
+    """Refuse a network whose VTA layers' batch is not a multiple of the configuration's BATCH."""
+    for ly in layers:
+        n = ly.x.shape[0]
+        if n % env.BATCH:
+            raise GraphError(f"layer {ly.name}: the batch is {n}, not a multiple of BATCH={env.BATCH} of the VTA "
+                             f"configuration {env.MODEL}; build the network for a batch of "
+                             f"{-(-n // env.BATCH) * env.BATCH} (for ONNX: from_onnx(model, shape_dict={{...}}))")
