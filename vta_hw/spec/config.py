@@ -1,7 +1,8 @@
 """Loading, validating and deriving the VTA configuration (``vta_config.json``).
 
 Everything numeric that the hardware, runtime, simulators and compiler need is derived here
-from the eleven configuration keys; nothing else in the project hard-codes these numbers.
+from the eleven configuration keys (and the optional ``ISA_EXTENSIONS``); nothing else in the project
+hard-codes these numbers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .isa import Isa, IsaLayoutError
+from .isa import EXTENSIONS, Isa, IsaLayoutError
 
 #: The repository's configuration file (the single source of truth).
 DEFAULT_CONFIG_PATH = (Path(__file__).parent / "default_config.json").resolve()
@@ -44,6 +45,8 @@ _INT_KEYS: dict[str, tuple[int, int, str]] = {
     "LOG_ACC_BUFF_SIZE": (4, 24, "buffer sizes are 2^x bytes"),
 }
 KEYS = ("TARGET", "HW_VER", *_INT_KEYS)
+#: Keys a configuration may leave out; without them it is exactly HW_VER 0.0.2.
+OPTIONAL_KEYS = ("ISA_EXTENSIONS",)
 
 # Per-target FPGA facts (spec 1.4). sim and tsim model the Pynq system.
 _PYNQ = {
@@ -137,10 +140,12 @@ class Config:
         self._raw = raw
         for k, v in raw.items():
             setattr(self, k, v)
+        #: the enabled ISA extensions in canonical order (empty: HW_VER 0.0.2 exactly)
+        self.ISA_EXTENSIONS: tuple[str, ...] = tuple(raw.get("ISA_EXTENSIONS", ()))
         self._derive()
         try:
             self.isa = Isa(self.LOG_UOP_BUFF_DEPTH, self.LOG_ACC_BUFF_DEPTH, self.LOG_INP_BUFF_DEPTH,
-                           self.LOG_WGT_BUFF_DEPTH)
+                           self.LOG_WGT_BUFF_DEPTH, self.ISA_EXTENSIONS)
         except IsaLayoutError as exc:
             raise ConfigError(self._explain_isa_misfit(exc) if _explain else str(exc)) from None
 
@@ -199,9 +204,11 @@ class Config:
         self.AXI_DATA_BYTES = self.AXI_DATA_BITS // 8
         self.AXI_MAX_BURST_BEATS = self.fpga_axi_max_burst
 
+        # extensions add their tags (..._17_mul_acc8): a core built with one never matches a config without it
         self.BITSTREAM = (f"{self.BATCH}x{self.BLOCK_IN}_i{self.INP_WIDTH}w{self.WGT_WIDTH}a{self.ACC_WIDTH}"
                           f"_{self.LOG_UOP_BUFF_SIZE}_{self.LOG_INP_BUFF_SIZE}_{self.LOG_WGT_BUFF_SIZE}"
-                          f"_{self.LOG_ACC_BUFF_SIZE}")
+                          f"_{self.LOG_ACC_BUFF_SIZE}"
+                          + "".join(f"_{EXTENSIONS[n].tag}" for n in self.ISA_EXTENSIONS))
         self.MODEL = f"{self.TARGET}_{self.BITSTREAM}"
         self.MAX_XFER = MAX_XFER
         self.PAGE_BYTES = PAGE_BYTES
@@ -229,8 +236,11 @@ class Config:
     # ------------------------------------------------------------------ views
     @property
     def cfg_dict(self) -> dict[str, Any]:
-        """The eleven configuration keys (what ``vta_config.json`` holds)."""
-        return dict(self._raw)
+        """The eleven configuration keys (what ``vta_config.json`` holds), and ``ISA_EXTENSIONS`` if any."""
+        d = dict(self._raw)
+        if "ISA_EXTENSIONS" in d:
+            d["ISA_EXTENSIONS"] = list(d["ISA_EXTENSIONS"])
+        return d
 
     def pkg_dict(self) -> dict[str, Any]:
         """The keys plus the derived keys the original PkgConfig exported."""
@@ -277,7 +287,8 @@ class Config:
 
     def defs(self) -> list[str]:
         """The ``-DVTA_*`` macro list of the original ``vta_config.py --defs``."""
-        out = [f"-DVTA_{k}={v}" for k, v in self.pkg_dict().items()]
+        out = [f"-DVTA_{k}={v}" for k, v in self.pkg_dict().items() if k != "ISA_EXTENSIONS"]
+        out += [f"-DVTA_EXT_{n.upper()}=1" for n in self.ISA_EXTENSIONS]
         out.append(f"-DVTA_LOG_BUS_WIDTH={self.LOG_BUS_WIDTH}")
         out.append(f"-DVTA_IP_REG_MAP_RANGE=0x{self.ip_reg_map_range:X}")
         for blk in ("fetch", "load", "compute", "store"):
@@ -290,20 +301,20 @@ class Config:
         return isinstance(other, Config) and other._raw == self._raw
 
     def __hash__(self) -> int:
-        return hash(tuple(sorted(self._raw.items())))
+        return hash(tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in self._raw.items())))
 
     def __repr__(self) -> str:
         return f"Config({self.MODEL!r}, source={self.source!r})"
 
 
 def _validate_keys(cfg: dict[str, Any], source: str) -> dict[str, Any]:
-    unknown = sorted(set(cfg) - set(KEYS))
+    unknown = sorted(set(cfg) - set(KEYS) - set(OPTIONAL_KEYS))
     if unknown:
         hint = ""
         if set(unknown) & {"HW_FREQ", "HW_CLK_TARGET"}:
             hint = " (HW_FREQ/HW_CLK_TARGET were removed from VTA; the clock follows TARGET)"
         raise ConfigError(f"{source}: unknown configuration key(s) {', '.join(unknown)}{hint}; "
-                          f"the valid keys are {', '.join(KEYS)}")
+                          f"the valid keys are {', '.join(KEYS)} and the optional {', '.join(OPTIONAL_KEYS)}")
     missing = [k for k in KEYS if k not in cfg]
     if missing:
         raise ConfigError(f"{source}: missing configuration key(s) {', '.join(missing)}")
@@ -323,7 +334,28 @@ def _validate_keys(cfg: dict[str, Any], source: str) -> dict[str, Any]:
         if not lo <= v <= hi:
             rng = f"{lo}" if lo == hi else f"between {lo} and {hi}"
             raise ConfigError(f"{source}: {key}={v} is out of range: it must be {rng} ({why})")
-    return {k: cfg[k] for k in KEYS}
+    out = {k: cfg[k] for k in KEYS}
+    extensions = _validate_extensions(cfg.get("ISA_EXTENSIONS", []), source)
+    if extensions:   # an empty list is the same as no key: the config (and its hash) is HW_VER 0.0.2's
+        out["ISA_EXTENSIONS"] = extensions
+    return out
+
+
+def _validate_extensions(value: Any, source: str) -> list[str]:
+    """ISA_EXTENSIONS as a list of known names in canonical order, or a ConfigError naming the key."""
+    known = ", ".join(f"{e.name} ({e.summary.split(':')[0]})" for e in EXTENSIONS.values())
+    if not isinstance(value, (list, tuple)) or not all(isinstance(n, str) for n in value):
+        raise ConfigError(f"{source}: ISA_EXTENSIONS must be a list of extension names such as "
+                          f"[\"alu_mul\", \"acc_8bit\"], got {type(value).__name__} {value!r}; the extensions are "
+                          f"{known}")
+    for name in value:
+        if name not in EXTENSIONS:
+            raise ConfigError(f"{source}: ISA_EXTENSIONS names an unknown extension {name!r}; the extensions are "
+                              f"{known}")
+    dup = sorted({n for n in value if list(value).count(n) > 1})
+    if dup:
+        raise ConfigError(f"{source}: ISA_EXTENSIONS names {', '.join(dup)} more than once")
+    return [n for n in EXTENSIONS if n in value]
 
 
 def load_config(cfg: Config | Mapping[str, Any] | str | os.PathLike[str] | None = None) -> Config:
