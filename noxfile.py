@@ -95,7 +95,7 @@ def synth(session: nox.Session) -> None:
 
 @nox.session
 def fuzz(session: nox.Session) -> None:
-    """Differential fuzzing of fsim against tsim on random buses: ``nox -s fuzz -- N [--seed S] [--jobs J]``."""
+    """Differential fuzzing of fsim against tsim on random buses: ``nox -s fuzz -- N [--seed S] [--jobs J] [--ext]``."""
     _install(session)
     session.run("python", "-m", "sim.fuzz", *(session.posargs or ["200"]))
 

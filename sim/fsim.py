@@ -13,7 +13,8 @@ functions tsim and the boards use.
 
 Semantic decisions shared with the hardware (README, "Semantics"):
 
-* MUL and ACC_8BIT are refused (IllegalInstructionError).
+* MUL and ACC_8BIT are opt-in ISA extensions (config key ``ISA_EXTENSIONS``, ``vta_hw.spec.EXTENSIONS``):
+  run as the spec defines them when the config enables them, refused (IllegalInstructionError) when not.
 * SHR shifts right by the low ``LOG_ACC_WIDTH+1`` bits of the operand read as a signed number;
   a negative amount shifts left. This equals HLS for -16..15 and the original fsim for -32..31.
 * A reset GEMM zeroes ACC and leaves OUT unchanged.

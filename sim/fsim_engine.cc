@@ -15,6 +15,9 @@
 //    epilogue ALU instructions over the same rows may run fused, row by row, where that gives the
 //    same result (fused_alu).
 //  * A reset GEMM zeroes the accumulators and leaves OUT alone.
+//  * The opt-in ISA extensions (vta_hw.spec.EXTENSIONS), when the config enables them: ALU MUL (an
+//    exact int16 x int16 product, AluMul) and ACC_8BIT loads (int8 sign-extended into ACC, load_acc8).
+//    Otherwise the checks refuse them like any illegal opcode or memory type.
 // Extra memory is a few arrays of the SRAM depths: nothing grows with the loop counts. Long
 // instructions look at the clock every few thousand uops so a run's timeout holds inside them.
 //
@@ -78,6 +81,8 @@ struct Params {
   int64_t shift_bits;                    // SHR reads the low shift_bits of its operand, signed
   int64_t counter_slot[NUM_COUNTERS];
   int64_t queue_of[kStages][kFlags];     // token queue a flag pops/pushes on that stage, -1: illegal
+  // ISA extensions: enabled (0/1), and the DRAM element of an ACC_8BIT load (BATCH * BLOCK_OUT bytes)
+  int64_t alu_mul, acc_8bit, acc8_elem_bytes;
 };
 
 // ---------------------------------------------------------------- status codes and the report
@@ -178,10 +183,13 @@ struct Engine {
     if (op == OP_LOAD) {
       uint64_t mt = get(w, F_MEMORY_TYPE);
       if (mt == MEM_INP || mt == MEM_WGT) return 0;
-      if (mt == MEM_UOP || mt == MEM_ACC) return 1;
+      if (mt == MEM_UOP || mt == MEM_ACC || (mt == MEM_ACC_8BIT && p.acc_8bit)) return 1;
     }
     return -1;
   }
+
+  // DRAM bytes of one element of a memory instruction of type mt (a legal one)
+  int64_t elem_bytes_of(uint64_t mt) const { return mt == MEM_ACC_8BIT ? p.acc8_elem_bytes : p.elem_bytes[mt]; }
 
   // A new generation for a stamp array (cleared when the counter wraps around).
   static void next_stamp(uint32_t& stamp, std::vector<uint32_t>& stamps) {
@@ -271,7 +279,8 @@ struct Engine {
       if (get(w, flags[f]) && p.queue_of[st][f] < 0) return true;
     if (op == OP_ALU) {
       uint64_t a = get(w, F_ALU_OPCODE);
-      if (a != ALU_MIN && a != ALU_MAX && a != ALU_ADD && a != ALU_SHR) return true;
+      const bool base_op = a == ALU_MIN || a == ALU_MAX || a == ALU_ADD || a == ALU_SHR;
+      if (!base_op && !(a == ALU_MUL && p.alu_mul)) return true;
     }
     if (op == OP_GEMM && static_cast<int64_t>(get(w, F_UOP_END)) > p.uop_depth) return true;
     if (op == OP_ALU && static_cast<int64_t>(get(w, F_ALU_UOP_END)) > p.uop_depth) return true;
@@ -287,7 +296,7 @@ struct Engine {
       }
       if (static_cast<int64_t>(get(w, F_SRAM_BASE) + rows * cols) > depth_of(mt)) return true;
       if (y) {
-        int64_t eb = p.elem_bytes[mt];
+        int64_t eb = elem_bytes_of(mt);
         int64_t span = std::max<int64_t>(x, (y - 1) * get(w, F_X_STRIDE) + x) * eb;
         int64_t phys = static_cast<int64_t>(get(w, F_DRAM_BASE)) * eb;
         // the allocation containing phys (the last one starting at or before it)
@@ -328,6 +337,7 @@ struct Engine {
   void load(const uint64_t* w) {
     uint64_t x = get(w, F_X_SIZE), y = get(w, F_Y_SIZE), mt = get(w, F_MEMORY_TYPE);
     if (x == 0) return;   // a NOP
+    if (mt == MEM_ACC_8BIT) return load_acc8(w);
     int64_t eb = p.elem_bytes[mt];
     CounterId counter = mt == MEM_UOP ? C_UOP : mt == MEM_WGT ? C_WGT : mt == MEM_INP ? C_INP : C_ACC;
     count(counter, static_cast<int64_t>(x * y) * eb);
@@ -342,6 +352,26 @@ struct Engine {
     for (uint64_t r = 0; r < y; ++r)
       std::memcpy(block + ((yp0 + r) * cols + xp0) * eb, dram_at((start + r * stride) * eb, x * eb), x * eb);
     if (mt == MEM_INP) widen_inp(static_cast<int64_t>(base), static_cast<int64_t>(rows * cols));
+  }
+
+  // ACC_8BIT (extension acc_8bit): DRAM elements of acc_lanes int8 values, each sign-extended into its
+  // accumulator lane; pads zero the accumulators; OUT is left alone. acc_load_nbytes counts the bytes
+  // read from DRAM.
+  void load_acc8(const uint64_t* w) {
+    uint64_t x = get(w, F_X_SIZE), y = get(w, F_Y_SIZE);
+    const int64_t lanes = acc_lanes(), eb = p.acc8_elem_bytes;
+    count(C_ACC, static_cast<int64_t>(x * y) * eb);
+    uint64_t xp0 = get(w, F_X_PAD_0), xp1 = get(w, F_X_PAD_1), yp0 = get(w, F_Y_PAD_0), yp1 = get(w, F_Y_PAD_1);
+    uint64_t rows = yp0 + y + yp1, cols = xp0 + x + xp1, base = get(w, F_SRAM_BASE);
+    if (static_cast<int64_t>(base + rows * cols) > p.acc_depth) throw Internal{};
+    int32_t* block = acc + base * lanes;
+    if (xp0 || xp1 || yp0 || yp1) std::fill_n(block, rows * cols * lanes, 0);
+    uint64_t start = get(w, F_DRAM_BASE), stride = get(w, F_X_STRIDE);
+    for (uint64_t r = 0; r < y; ++r) {
+      const int8_t* from = reinterpret_cast<const int8_t*>(dram_at((start + r * stride) * eb, x * eb));
+      int32_t* to = block + ((yp0 + r) * cols + xp0) * lanes;
+      for (uint64_t j = 0; j < x * lanes; ++j) to[j] = from[j];
+    }
   }
 
   // inp16 rows [first, first + n) from INP (only the AVX2 kernel reads them).
@@ -962,6 +992,18 @@ struct Engine {
 #endif
   };
 
+  // MUL (extension alu_mul): the low 16 bits of both operands, signed, multiplied: an exact int32.
+  struct AluMul {
+    int32_t operator()(int32_t a, int32_t b) const {
+      return int32_t{static_cast<int16_t>(a)} * int32_t{static_cast<int16_t>(b)};
+    }
+#if defined(__AVX2__)
+    __m256i operator()(__m256i a, __m256i b) const {   // pairs (a.low, a.high) x (b.low, 0): a.low * b.low
+      return _mm256_madd_epi16(a, _mm256_and_si256(b, _mm256_set1_epi32(0xFFFF)));
+    }
+#endif
+  };
+
   // acc[dst] = op(acc[dst], operand) lane by lane for one row; operand is the immediate (kImm) or
   // the row s. OUT gets the low 8 bits. Lane j of s is read before lane j of a is written.
   template <bool kImm, typename Op>
@@ -1037,6 +1079,7 @@ struct Engine {
       case ALU_MIN: alu_loops(l, use_imm, imm, AluMin{}); break;
       case ALU_MAX: alu_loops(l, use_imm, imm, AluMax{}); break;
       case ALU_ADD: alu_loops(l, use_imm, imm, AluAdd{}); break;
+      case ALU_MUL: alu_loops(l, use_imm, imm, AluMul{}); break;   // the checks refuse it without alu_mul
       default: alu_loops(l, use_imm, imm, AluShr{static_cast<int32_t>(p.shift_bits)});   // SHR: the checks refused
     }                                                                                     // every other opcode
     return ST_OK;
@@ -1098,6 +1141,7 @@ struct Engine {
       const uint64_t op = get(w, F_OPCODE);
       if (op == OP_LOAD && get(w, F_MEMORY_TYPE) == MEM_UOP) continue;   // runs if an ALU after it joins
       if (op != OP_ALU || !get(w, F_USE_IMM)) break;
+      if (get(w, F_ALU_OPCODE) == ALU_MUL) break;   // MUL has no fused stage: it starts a group of its own
       for (; taken < j; ++taken) load(words + 2 * q[taken]);   // its uop loads, in order
       int64_t lo_j, hi_j;
       if (!alu_dst_range(w, &lo_j, &hi_j) || lo_j != lo || hi_j != hi) break;   // it runs by itself
@@ -1117,6 +1161,7 @@ struct Engine {
       case ALU_MIN: return AluMin{}(a, b);
       case ALU_MAX: return AluMax{}(a, b);
       case ALU_ADD: return AluAdd{}(a, b);
+      case ALU_MUL: return AluMul{}(a, b);
       default: return AluShr{static_cast<int32_t>(p.shift_bits)}(a, b);
     }
   }
@@ -1131,6 +1176,7 @@ struct Engine {
         case ALU_MIN: return fused_loops_avx2<kImm>(l, imm, AluMin{});
         case ALU_MAX: return fused_loops_avx2<kImm>(l, imm, AluMax{});
         case ALU_ADD: return fused_loops_avx2<kImm>(l, imm, AluAdd{});
+        case ALU_MUL: return fused_loops_avx2<kImm>(l, imm, AluMul{});
         default: return fused_loops_avx2<kImm>(l, imm, AluShr{static_cast<int32_t>(p.shift_bits)});
       }
     }
@@ -1349,7 +1395,7 @@ extern "C" {
 
 void* fsim_create(const int64_t* params, int64_t nparams) {
   // params: NUM_FIELDS x (word, shift, width, signed), then the scalars of Params in order.
-  const int64_t want = NUM_FIELDS * 4 + 3 + 4 + 5 + 1 + NUM_COUNTERS + kStages * kFlags;
+  const int64_t want = NUM_FIELDS * 4 + 3 + 4 + 5 + 1 + NUM_COUNTERS + kStages * kFlags + 3;
   if (nparams != want) return nullptr;
   auto* e = new Engine();
   Params& p = e->p;
@@ -1368,6 +1414,9 @@ void* fsim_create(const int64_t* params, int64_t nparams) {
   for (int c = 0; c < NUM_COUNTERS; ++c) p.counter_slot[c] = *v++;
   for (int s = 0; s < kStages; ++s)
     for (int f = 0; f < kFlags; ++f) p.queue_of[s][f] = *v++;
+  p.alu_mul = *v++;
+  p.acc_8bit = *v++;
+  p.acc8_elem_bytes = *v++;
   e->wgt_pairs.assign(static_cast<size_t>(p.wgt_depth) * p.block_out * p.block_in, 0);
   e->wgt_pairs_stamp.assign(p.wgt_depth, 0);
   e->inp16.assign(static_cast<size_t>(p.inp_depth) * p.batch * p.block_in, 0);

@@ -103,6 +103,7 @@ def _params(cfg: Config, counters: tuple[str, ...]) -> np.ndarray:
         for flag in _FLAGS:
             q = token_pops(stage, {flag: 1}) + token_pushes(stage, {flag: 1})
             vals.append(TOKEN_QUEUES.index(q[0]) if q else -1)
+    vals += [int(cfg.isa.has("alu_mul")), int(cfg.isa.has("acc_8bit")), cfg.OUT_ELEM_BYTES]   # ISA extensions
     return np.array(vals, dtype=np.int64)
 
 

@@ -1,6 +1,6 @@
 """Differential fuzzer: random legal VTA programs run on fsim and tsim, results compared.
 
-``python -m sim.fuzz N [--seed S] [--config NAME ...] [--jobs J]`` (``nox -s fuzz -- N``) runs N
+``python -m sim.fuzz N [--seed S] [--config NAME ...] [--ext] [--jobs J]`` (``nox -s fuzz -- N``) runs N
 random programs, each on a fresh fsim and a fresh tsim device with the same DRAM contents, and
 compares every output byte, the fsim counters both devices define, and the outcome (a tenth of the
 cases have one instruction replaced by an illegal one: both devices must refuse it with the same
@@ -26,6 +26,11 @@ exactly where two modules touch the same SRAM elements (load->compute, compute->
 compute->store, store->compute), so the result does not depend on timing; a few extra token
 round trips are sprinkled in. Some programs end with a dump of the whole ACC region (four shifted
 copies through OUT) so that all 32 bits of every accumulator are compared.
+
+ISA extensions: each config NAME has a variant ``NAME+ext`` with every extension of
+``vta_hw.spec.EXTENSIONS`` (``--ext`` picks the variants of the chosen configs); its programs also
+have MUL ALU instructions (in epilogues too) and ACC_8BIT loads, and its illegal instructions are
+drawn from what stays illegal there. The default configs' programs do not change.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vta_hw.spec import DEVICE_COUNTERS, AluOp, MemType, Opcode, Stage, load_config
+from vta_hw.spec import DEVICE_COUNTERS, EXTENSIONS, AluOp, MemType, Opcode, Stage, load_config
 from vta_runtime.errors import ProgramError, SramIndexError
 from vta_runtime.insn_queue import InsnQueue
 
@@ -52,9 +57,14 @@ OUT_DIR = Path(__file__).resolve().parent.parent / "build" / "fuzz"
 DRAM_BYTES = 64 << 20
 
 
-def configs(big: bool = False) -> dict[str, dict]:
-    """The fuzzed configs by name; ``big`` adds the big arrays (fuzzed on request, ``--config 1x32x32``: their
-    tsim builds take minutes), each on its board's memory system as ``configs/<board>.json`` ships it."""
+#: suffix of a config name: that config with every ISA extension
+EXT = "+ext"
+
+
+def configs(extended: bool = False, big: bool = False) -> dict[str, dict]:
+    """The fuzzed configs by name; ``extended`` adds their ``NAME+ext`` variants, ``big`` the big arrays (fuzzed
+    on request, ``--config 1x32x32``: their tsim builds take minutes), each on its board's memory system as
+    ``configs/<board>.json`` ships it."""
     base = load_config().cfg_dict
     out = {
         "1x16x16": {**base, "TARGET": "sim"},
@@ -68,7 +78,14 @@ def configs(big: bool = False) -> dict[str, dict]:
             "2x16x16": {**base, "TARGET": "ultra96", "LOG_BATCH": 1, "LOG_INP_BUFF_SIZE": 16,
                         "LOG_ACC_BUFF_SIZE": 18, "AXI_PORTS": 2},
         })
+    if extended:
+        out.update({name + EXT: {**c, "ISA_EXTENSIONS": list(EXTENSIONS)} for name, c in list(out.items())})
     return out
+
+
+def config_of(name: str):
+    """The Config of a fuzzed config name (``NAME``, ``NAME+ext`` or a big array)."""
+    return load_config(configs(extended=True, big=True)[name])
 
 
 @dataclass
@@ -125,12 +142,25 @@ class _Gen:
         self.out_phys = alloc(self.out_n * cfg.OUT_ELEM_BYTES)
         self.buffers.append((self.out_phys, np.zeros(self.out_n * cfg.OUT_ELEM_BYTES, np.uint8)))
         self.uop_sram: dict[int, tuple[int, int, int]] = {}
+        self._extensions(rnd, lanes_out)
         # hazard tracking
         self.l_dirty: set[tuple[str, int]] = set()    # INP/WGT written by load, not yet handed to compute
         self.c_read: set[tuple[str, int]] = set()     # INP/WGT read by compute, not yet handed back
         self.out_dirty: set[int] = set()              # OUT written by compute, not yet handed to store
         self.s_read: set[int] = set()                 # OUT read by store, not yet handed back
         self.out_valid: set[int] = set()              # OUT written in this program
+
+    def _extensions(self, rnd: random.Random, lanes_out: int) -> None:
+        """What the programs of a config with ISA extensions draw from (nothing without: no draws)."""
+        self.alu_ops = [AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR]
+        self.load_kinds = ["inp", "wgt", "acc", "uop"]
+        if self.isa.has("alu_mul"):
+            self.alu_ops.append(AluOp.MUL)
+        if self.isa.has("acc_8bit"):
+            self.load_kinds.append("acc8")
+            self.acc8_n = 256 * (12 if self.big else 1)
+            data = np.random.default_rng(rnd.randrange(1 << 30)).integers(-128, 128, (self.acc8_n, lanes_out))
+            self.acc8_buf = self._buffer(data.astype(np.int8))
 
     def _buffer(self, arr: np.ndarray) -> int:
         raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
@@ -163,26 +193,31 @@ class _Gen:
     # ---------------------------------------------------------------- operations
     def load(self, kind: str) -> None:
         r, cfg = self.rnd, self.cfg
-        mt = {"inp": MemType.INP, "wgt": MemType.WGT, "acc": MemType.ACC, "uop": MemType.UOP}[kind]
+        mt = {"inp": MemType.INP, "wgt": MemType.WGT, "acc": MemType.ACC, "uop": MemType.UOP,
+              "acc8": MemType.ACC_8BIT}[kind]
+        region = "acc" if kind == "acc8" else kind
         y, x = r.randrange(0, 4), r.randrange(1, 5)
         if self.big and r.random() < 0.5:
-            x = r.randrange(1, max(self.R[kind] // 2, 2))
+            x = r.randrange(1, max(self.R[region] // 2, 2))
             y = r.randrange(1, 3)
         if kind == "uop":
             y = r.randrange(1, 3)
             x = r.randrange(1, 17 if not self.big else 120)
         pads = self._pads(kind != "uop")
-        blk = self._block(kind, y, x, pads)
+        blk = self._block(region, y, x, pads)
         if blk is None:
             pads = [0, 0, 0, 0]
-            blk = self._block(kind, y, x, pads)
+            blk = self._block(region, y, x, pads)
             if blk is None:
                 return
         base, n = blk
         stride = x + r.randrange(0, 3)
-        src_n = {"inp": self.inp_n, "wgt": self.wgt_n, "acc": self.acc_n, "uop": self.uop_n}[kind]
-        phys = {"inp": self.inp_buf, "wgt": self.wgt_buf, "acc": self.acc_buf, "uop": self.uop_buf}[kind]
-        elem = {"inp": cfg.INP_ELEM_BYTES, "wgt": cfg.WGT_ELEM_BYTES, "acc": cfg.ACC_ELEM_BYTES, "uop": 4}[kind]
+        if kind == "acc8":   # int8 DRAM elements of the OUT element size
+            src_n, phys, elem = self.acc8_n, self.acc8_buf, cfg.OUT_ELEM_BYTES
+        else:
+            src_n = {"inp": self.inp_n, "wgt": self.wgt_n, "acc": self.acc_n, "uop": self.uop_n}[kind]
+            phys = {"inp": self.inp_buf, "wgt": self.wgt_buf, "acc": self.acc_buf, "uop": self.uop_buf}[kind]
+            elem = {"inp": cfg.INP_ELEM_BYTES, "wgt": cfg.WGT_ELEM_BYTES, "acc": cfg.ACC_ELEM_BYTES, "uop": 4}[kind]
         span = max(x, (y - 1) * stride + x) if y else 0
         first = r.randrange(0, src_n - span + 1)
         written = range(base, base + n)
@@ -260,7 +295,7 @@ class _Gen:
         if k is None:
             return
         bgn, end, it_out, it_in, f, idx = k
-        op = r.choice([AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR]) if op is None else op
+        op = r.choice(self.alu_ops) if op is None else op
         use_imm = (r.random() < 0.6) if use_imm is None else use_imm
         if imm is None:
             imm = r.randrange(-40, 40) if op == AluOp.SHR or r.random() < 0.5 else r.randrange(-32768, 32768)
@@ -429,7 +464,7 @@ class _Gen:
 
     def build(self, n_ops: int, bad_loop: bool = False) -> tuple[bytes, list[tuple[int, int]]]:
         r = self.rnd
-        ops = ["inp", "wgt", "acc", "uop", "gemm", "gemm", "alu", "alu", "epilogue", "store", "sync"]
+        ops = [*self.load_kinds, "gemm", "gemm", "alu", "alu", "epilogue", "store", "sync"]
         self.prologue()
         bad_at = r.randrange(0, n_ops) if bad_loop else -1
         self.bad_loop_made = False
@@ -437,7 +472,7 @@ class _Gen:
             if step == bad_at:
                 self.bad_loop_made = self.bad_loop()
             op = r.choice(ops)
-            if op in ("inp", "wgt", "acc", "uop"):
+            if op in self.load_kinds:
                 self.load(op)
             elif op == "gemm":
                 self.gemm()
@@ -476,11 +511,16 @@ class _Gen:
 
 
 def _illegal_word(isa, cfg, rnd):
+    # what no config allows, and what only the extensions do (when this one lacks them)
+    load_types = [MemType.OUT, 6, 7] + [t for t in (MemType.ACC_8BIT,) if t not in isa.load_types]
+    alu_ops = [5, 6, 7] + [a for a in (AluOp.MUL,) if a not in isa.alu_ops]
+    if not isa.extensions:   # the order the default configs' programs have always drawn from
+        load_types, alu_ops = [MemType.OUT, MemType.ACC_8BIT, 6, 7], [4, 5, 6, 7]
     choices = [
         lambda: 5 + rnd.randrange(3),
-        lambda: isa.load(rnd.choice([MemType.OUT, MemType.ACC_8BIT, 6, 7]), 0, 0, 1, 1, 1),
+        lambda: isa.load(rnd.choice(load_types), 0, 0, 1, 1, 1),
         lambda: isa.store(0, 0, 1, 1, 1, memory_type=rnd.choice([0, 1, 2, 3])),
-        lambda: isa.alu.encode(opcode=Opcode.ALU, alu_opcode=rnd.choice([4, 5, 6, 7]), uop_end=1, iter_out=1,
+        lambda: isa.alu.encode(opcode=Opcode.ALU, alu_opcode=rnd.choice(alu_ops), uop_end=1, iter_out=1,
                                iter_in=1),
         lambda: isa.gemm.encode(opcode=Opcode.GEMM, uop_end=cfg.UOP_BUFF_DEPTH + 1, iter_out=1, iter_in=1),
         lambda: isa.load(MemType.INP, cfg.INP_BUFF_DEPTH - 1, 0, 1, 2, 2),
@@ -515,7 +555,7 @@ def _changed_stream(cfg, insns: bytes, rnd: random.Random) -> tuple[bytes, str]:
 
 
 def make_program(cfg_name: str, seed: int, alloc) -> Program:
-    cfg = load_config(configs(big=True)[cfg_name])
+    cfg = config_of(cfg_name)
     rnd = random.Random(seed)
     g = _Gen(cfg, rnd, alloc)
     illegal = rnd.random() < 0.1
@@ -573,7 +613,7 @@ def bus_for(seed: int):
 def _fresh_pair(cfg_name: str, seed: int):
     from .fsim import FsimDevice
     from .tsim import TsimDevice
-    cfg = load_config(configs(big=True)[cfg_name])
+    cfg = config_of(cfg_name)
     return FsimDevice(cfg, dram_bytes=DRAM_BYTES), TsimDevice(cfg, dram_bytes=DRAM_BYTES, bus=bus_for(seed),
                                                              progress=None)
 
@@ -674,7 +714,7 @@ def build_all(names: list[str], quiet: bool = True) -> None:
     """Build each config's tsim library once, before any worker needs it."""
     from .tsim import build
     for name in names:
-        build(load_config(configs(big=True)[name]), progress=(lambda msg: None) if quiet else None)
+        build(config_of(name), progress=(lambda msg: None) if quiet else None)
 
 
 def run_all(cases: list[tuple[str, int]], jobs: int = 1):
@@ -719,8 +759,10 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("n", nargs="?", type=int, default=100, help="number of random programs (default 100)")
     p.add_argument("--seed", type=int, default=int(time.time()) % 100000, help="first seed (default: from the clock)")
-    p.add_argument("--config", action="append", choices=sorted(configs(big=True)),
-                   help=f"configs to use (default: {', '.join(configs())}; the big arrays on request)")
+    p.add_argument("--config", action="append", choices=sorted(configs(extended=True, big=True)),
+                   help=f"configs to use (default: {', '.join(configs())}; the big arrays on request); "
+                        f"NAME{EXT}: NAME with every ISA extension")
+    p.add_argument("--ext", action="store_true", help=f"use the {EXT} variant of each config (ISA extensions on)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="worker processes (default: every core; results do not depend on it)")
     p.add_argument("--replay", help="run a saved reproducer again")
@@ -730,6 +772,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(problems) if problems else "no mismatch")
         return 1 if problems else 0
     names = args.config or list(configs())
+    if args.ext:
+        names = [n if n.endswith(EXT) else n + EXT for n in names]
     print(f"fuzzing {args.n} programs (seeds {args.seed}..{args.seed + args.n - 1}) on {', '.join(names)} "
           f"with {args.jobs} worker(s)", flush=True)
     build_all(names, quiet=False)

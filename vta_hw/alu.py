@@ -2,7 +2,9 @@
 
 MIN, MAX and ADD are signed 32-bit (ADD wraps). SHR shifts by the low LOG_ACC_WIDTH+1 bits of the
 second operand read as a signed number: 0..31 shifts right (arithmetic), -32..-1 shifts left by
-the negated amount (a left shift by 32 gives 0). MUL is refused earlier, by fetch.
+the negated amount (a left shift by 32 gives 0). MUL (ISA extension ``alu_mul``) is ``mul_lane``:
+tensor_compute gives it a pipeline stage of its own (the product register); without the extension
+fetch refuses it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from vta_hw.spec import AluOp
+from vta_hw.spec.isa import MUL_OPERAND_BITS
 
 
 def alu_lane(m: Module, op, a, b, acc_bits: int = 32, shift_bits: int = 6, name: str = "lane"):
@@ -31,6 +34,11 @@ def alu_lane(m: Module, op, a, b, acc_bits: int = 32, shift_bits: int = 6, name:
         with m.Default():
             m.d.comb += res.eq(Mux(amt < 0, left, right))
     return res
+
+
+def mul_lane(a, b, operand_bits: int = MUL_OPERAND_BITS):
+    """MUL: the low ``operand_bits`` of both lanes, signed, multiplied; an exact product (one DSP)."""
+    return a[:operand_bits].as_signed() * b[:operand_bits].as_signed()
 
 
 class AluLanes(wiring.Component):

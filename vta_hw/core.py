@@ -25,7 +25,16 @@ from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import Out
 
 from vta_hw.spec import Config, load_config
-from vta_hw.spec.regmap import COUNTERS, ID_VALUE, NO_INSN, STATE, DmaClient, ErrorCode, hwconfig_word
+from vta_hw.spec.regmap import (
+    COUNTERS,
+    ID_VALUE,
+    NO_INSN,
+    STATE,
+    DmaClient,
+    ErrorCode,
+    extensions_word,
+    hwconfig_word,
+)
 
 from .axi import axi4_lite_slave_members, axi4_master_members
 from .axi_master import AxiArbiter
@@ -235,7 +244,7 @@ class VtaCore(wiring.Component):
         strobes = {
             "inp_load_nbytes": (load.inp_elem, cfg.INP_ELEM_BYTES),
             "wgt_load_nbytes": (load.wgt_elem, cfg.WGT_ELEM_BYTES),
-            "acc_load_nbytes": (compute.acc_elem, cfg.ACC_ELEM_BYTES),
+            "acc_load_nbytes": (compute.acc_elem, cfg.ACC_ELEM_BYTES),   # (ACC_8BIT: OUT_ELEM_BYTES, below)
             "uop_load_nbytes": (compute.uop_elem, cfg.UOP_ELEM_BYTES),
             "out_store_nbytes": (store.out_elem, cfg.OUT_ELEM_BYTES),
             "gemm_counter": (compute.gemm_uop, 1),
@@ -248,6 +257,12 @@ class VtaCore(wiring.Component):
             "axi_read_beats": (arb.r_beat, 1), "axi_write_beats": (arb.w_beat, 1),
             "axi_read_stall_cycles": (arb.ar_stall, 1),
         }
+        if cfg.isa.has("acc_8bit"):
+            # an 8-bit ACC load counts the bytes it reads from DRAM; the strobes are registered first (the
+            # step depends on them), so the count lags a cycle, long before a run can end
+            acc_q, acc8_q = Signal(), Signal()
+            m.d.sync += [acc_q.eq(compute.acc_elem | compute.acc8_elem), acc8_q.eq(compute.acc8_elem)]
+            strobes["acc_load_nbytes"] = (acc_q, Mux(acc8_q, cfg.OUT_ELEM_BYTES, cfg.ACC_ELEM_BYTES))
         assert set(strobes) == set(COUNTERS)
         with m.If(running & ~start):
             for name, (strobe, step) in strobes.items():
@@ -276,6 +291,7 @@ class VtaCore(wiring.Component):
             regs.rd_error_info.eq(err_info),
             regs.rd_id.eq(ID_VALUE),
             regs.rd_hwconfig.eq(hwconfig_word(cfg)),
+            regs.rd_extensions.eq(extensions_word(cfg)),
             regs.rd_cycles_lo.eq(cycles[:32]),
             regs.rd_cycles_hi.eq(cycles[32:]),
             regs.rd_insn_dispatched.eq(fetch.dispatched),

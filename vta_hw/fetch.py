@@ -16,7 +16,7 @@ from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from vta_hw.spec import AluOp, MemType, Opcode
+from vta_hw.spec import MemType, Opcode
 from vta_hw.spec.regmap import ErrorCode
 
 from .axi import ADDR_BITS, ReadClientSignature
@@ -113,17 +113,22 @@ class Fetch(wiring.Component):
         a_code = Signal(8)
         a_info = Signal(32)
         a_detail = Signal(8)
+        # the LOAD memory types 0..ACC, and ACC_8BIT with the acc_8bit extension (OUT never)
+        illegal_load_type = mt > MemType.ACC
+        assert set(cfg.isa.alu_ops) == set(range(max(cfg.isa.alu_ops) + 1)), "ALU opcodes 0..n are legal"
+        if cfg.isa.has("acc_8bit"):
+            illegal_load_type = (mt == MemType.OUT) | (mt > MemType.ACC_8BIT)
         dep_bad = Mux(load_mod, mem.pop_prev_dep | mem.push_prev_dep,
                       Mux(store_mod, mem.pop_next_dep | mem.push_next_dep, 0))
         with m.If(op > Opcode.ALU):
             m.d.comb += [a_code.eq(ErrorCode.ILLEGAL_OPCODE), a_info.eq(op)]
-        with m.Elif(is_load & (mt > MemType.ACC)):
+        with m.Elif(is_load & illegal_load_type):
             m.d.comb += [a_code.eq(ErrorCode.ILLEGAL_MEM_TYPE), a_info.eq(mt), a_detail.eq(op)]
         with m.Elif(is_store & (((mem.x_size != 0) & (mt != MemType.OUT)) | (mt > MemType.OUT))):
             m.d.comb += [a_code.eq(ErrorCode.ILLEGAL_MEM_TYPE), a_info.eq(mt), a_detail.eq(op)]
         with m.Elif(dep_bad):
             m.d.comb += [a_code.eq(ErrorCode.ILLEGAL_DEP_FLAGS), a_info.eq(flags)]
-        with m.Elif(is_alu & (alu.alu_opcode > AluOp.SHR)):
+        with m.Elif(is_alu & (alu.alu_opcode > max(cfg.isa.alu_ops))):
             m.d.comb += [a_code.eq(ErrorCode.ILLEGAL_ALU_OPCODE), a_info.eq(alu.alu_opcode)]
         with m.Elif((is_gemm | is_alu) & (gemm.uop_end > cfg.UOP_BUFF_DEPTH)):
             m.d.comb += [a_code.eq(ErrorCode.UOP_RANGE), a_info.eq(gemm.uop_end)]
@@ -186,10 +191,13 @@ class Fetch(wiring.Component):
         with m.If(load_b & buf.r_rdy & ~halted & ~self.halt):
             m.d.comb += buf.r_en.eq(1)
             depth = Signal(range(max_depth + 1))
+            depths = [(MemType.UOP, cfg.UOP_BUFF_DEPTH), (MemType.WGT, cfg.WGT_BUFF_DEPTH),
+                      (MemType.INP, cfg.INP_BUFF_DEPTH), (MemType.ACC, cfg.ACC_BUFF_DEPTH),
+                      (MemType.OUT, cfg.ACC_BUFF_DEPTH)]
+            if cfg.isa.has("acc_8bit"):
+                depths.append((MemType.ACC_8BIT, cfg.ACC_BUFF_DEPTH))
             with m.Switch(mt):
-                for t, d in ((MemType.UOP, cfg.UOP_BUFF_DEPTH), (MemType.WGT, cfg.WGT_BUFF_DEPTH),
-                             (MemType.INP, cfg.INP_BUFF_DEPTH), (MemType.ACC, cfg.ACC_BUFF_DEPTH),
-                             (MemType.OUT, cfg.ACC_BUFF_DEPTH)):
+                for t, d in depths:
                     with m.Case(t):
                         m.d.comb += depth.eq(d)
             pads_y = Mux(is_load, mem.y_pad_0 + mem.y_pad_1, 0)

@@ -25,18 +25,30 @@ is forwarded; which one is decided a cycle ahead, so E only has a 4:1 multiplexe
 adder. Back-to-back uops on one accumulator therefore give the sequential result at one uop per
 cycle (GEMM, ALU with immediate) or per two cycles (ALU with a register operand), and a source
 written earlier in the same ALU instruction is read after that write.
+
+MUL (ISA extension ``alu_mul``; without it none of this is built) has two stages of its own between
+E and W, the registers a DSP wants: E presents the operands to a DSP per lane, X1 is its product
+register (M), X2 its output register (P, or a fabric register Vivado packs there), and W writes X2.
+A MUL's result is therefore written and usable two cycles after E instead of one: E forwards from
+X2, W1 and W2 (and W, for the other opcodes), and a MUL slot that reads what the MUL slot just before
+it writes would need it a cycle too early, so it waits one cycle at I (``hold`` freezes the loop
+generator, the UOP read and I; a bubble goes on). Otherwise MUL runs at the same throughput (one uop
+per cycle with an immediate, per two cycles with a register operand); an instruction takes one
+cycle more.
 """
 
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from vta_hw.spec import Opcode
+from vta_hw.spec import AluOp, Opcode
 from vta_hw.spec.regmap import IndexOperand
 
-from .alu import alu_lane
+from .alu import alu_lane, mul_lane
 from .gemm import DotArray
 from .sram import READ_LATENCY, SramReadSignature, SramWriteSignature
 
@@ -55,7 +67,8 @@ class TensorCompute(wiring.Component):
             "start": In(1),
             "insn": In(128),
             "busy": Out(1),
-            "uop_rd": Out(SramReadSignature((cfg.UOP_BUFF_DEPTH - 1).bit_length() or 1, 32)),
+            # with MUL the UOP read can be held for a cycle (see hold)
+            "uop_rd": Out(SramReadSignature((cfg.UOP_BUFF_DEPTH - 1).bit_length() or 1, 32, cfg.isa.has("alu_mul"))),
             "inp_rd": Out(SramReadSignature((cfg.INP_BUFF_DEPTH - 1).bit_length() or 1, cfg.INP_ELEM_BITS)),
             "wgt_rd": Out(SramReadSignature((cfg.WGT_BUFF_DEPTH - 1).bit_length() or 1, cfg.WGT_ELEM_BITS)),
             "acc_rd": Out(SramReadSignature(ab, cfg.ACC_ELEM_BITS)),
@@ -83,6 +96,8 @@ class TensorCompute(wiring.Component):
 
         # ---- instruction registers (held for the whole loop)
         is_alu = Signal()
+        mul = cfg.isa.has("alu_mul")
+        is_mul = Signal()   # a MUL instruction (only with the alu_mul extension)
         reset = Signal()
         use_imm = Signal()
         alu_op = Signal(3)
@@ -118,11 +133,17 @@ class TensorCompute(wiring.Component):
                 gen.eq(nonempty), aborted.eq(0), u.eq(g.uop_bgn), it_o.eq(0), it_i.eq(0), phase.eq(0),
                 two_slot.eq(op_alu & ~a.use_imm),
             ]
+            if mul:
+                m.d.sync += is_mul.eq(op_alu & (a.alu_opcode == AluOp.MUL))
             for k in ("dst", "src", "wgt"):
                 m.d.sync += [base[k].eq(0), cur[k].eq(0)]
 
         emit = Signal()
-        m.d.comb += emit.eq(gen & ~self.halt & ~aborted)
+        hold = Signal()   # MUL: the slot in I waits a cycle, and everything before it (driven below)
+
+        def unless_held():
+            return m.If(~hold) if mul else nullcontext()
+        m.d.comb += emit.eq(gen & ~self.halt & ~aborted & ~hold if mul else gen & ~self.halt & ~aborted)
         advance = emit & (~two_slot | phase)
         with m.If(emit & two_slot):
             m.d.sync += phase.eq(~phase)
@@ -146,6 +167,8 @@ class TensorCompute(wiring.Component):
         with m.If(self.halt):
             m.d.sync += gen.eq(0)
         m.d.comb += self.uop_rd.addr.eq(u)
+        if mul:
+            m.d.comb += self.uop_rd.en.eq(~hold)
 
         # ---- U: form indices (the uop arrives READ_LATENCY cycles after G)
         u_valid, u_phase, u_cur = emit, phase, cur
@@ -153,16 +176,18 @@ class TensorCompute(wiring.Component):
         for k in range(READ_LATENCY):
             nv, nphase = Signal(name=f"u{k}_valid"), Signal(name=f"u{k}_phase")
             ncur = {n: Signal(OFFSET_BITS, name=f"u{k}_cur_{n}") for n in ("dst", "src", "wgt")}
-            m.d.sync += [nv.eq(u_valid & ~self.halt), nphase.eq(u_phase)] + [ncur[n].eq(u_cur[n]) for n in ncur]
+            with unless_held():
+                m.d.sync += [nv.eq(u_valid & ~self.halt), nphase.eq(u_phase)] + [ncur[n].eq(u_cur[n]) for n in ncur]
             u_valid, u_phase, u_cur = nv, nphase, ncur
             stage_valid.append(nv)
         uop = data.View(lay.uop, self.uop_rd.data)
         i_valid = Signal()
         i_phase = Signal()
         idx = {k: Signal(OFFSET_BITS + 1, name=f"i_{k}") for k in ("dst", "src", "wgt")}
-        m.d.sync += [i_valid.eq(u_valid & ~aborted & ~self.halt), i_phase.eq(u_phase),
-                     idx["dst"].eq(uop.dst_idx + u_cur["dst"]), idx["src"].eq(uop.src_idx + u_cur["src"]),
-                     idx["wgt"].eq(uop.wgt_idx + u_cur["wgt"])]
+        with unless_held():
+            m.d.sync += [i_valid.eq(u_valid & ~aborted & ~self.halt), i_phase.eq(u_phase),
+                         idx["dst"].eq(uop.dst_idx + u_cur["dst"]), idx["src"].eq(uop.src_idx + u_cur["src"]),
+                         idx["wgt"].eq(uop.wgt_idx + u_cur["wgt"])]
 
         # ---- I: range checks, SRAM reads
         bad = Signal()
@@ -210,7 +235,7 @@ class TensorCompute(wiring.Component):
         r_valid, r_addr, r_dst = Signal(), Signal(ab), Signal(ab)
         r_write, r_slot1, r_reset = Signal(), Signal(), Signal()
         with m.If(is_alu):
-            m.d.comb += [r_valid.eq(i_ok), r_addr.eq(alu_read_addr), r_dst.eq(idx["dst"]),
+            m.d.comb += [r_valid.eq(i_ok & ~hold if mul else i_ok), r_addr.eq(alu_read_addr), r_dst.eq(idx["dst"]),
                          r_write.eq(~two_slot | ~first_of_two), r_slot1.eq(two_slot & first_of_two)]
         with m.Else():
             m.d.comb += [r_valid.eq(g_valid[lat]), r_addr.eq(g_dst[lat]), r_dst.eq(g_dst[lat]), r_write.eq(1),
@@ -225,25 +250,44 @@ class TensorCompute(wiring.Component):
             chain.append(regs)
         p_addr = chain[-2][1]
         e_valid, _, e_dst, e_write, e_slot1, e_reset = chain[-1]
+        if mul:   # the slot just ahead (its read went out last cycle) is a MUL writing what this one reads
+            ahead_valid, _, ahead_dst, ahead_write = chain[1][:4]
+            # (i_valid, not i_ok: a bad index stops the loop anyway, and the path stays short)
+            m.d.comb += hold.eq(is_mul & i_valid & ~aborted & ~self.halt & ahead_valid & ahead_write &
+                                (ahead_dst == alu_read_addr))
 
-        # ---- writes of the last three cycles: W (in progress), W1, W2
+        # ---- writes of the last three cycles: WR (in progress), W1, W2. WR is W (the result E registered
+        # last cycle) or, for a MUL, X2 (the product of the slot E had two cycles ago)
         w_valid, w_dst, w_data = Signal(), Signal(ab), Signal(lane_bits)
+        x1_valid, x1_dst, x2_valid, x2_dst, x2_data = Signal(), Signal(ab), Signal(), Signal(ab), Signal(lane_bits)
+        wr_valid, wr_dst, wr_data = (Mux(is_mul, x2_valid, w_valid), Mux(is_mul, x2_dst, w_dst),
+                                     Mux(is_mul, x2_data, w_data)) if mul else (w_valid, w_dst, w_data)
         w1_valid, w1_dst, w1_data = Signal(), Signal(ab), Signal(lane_bits)
         w2_data = Signal(lane_bits)
-        m.d.sync += [w1_valid.eq(w_valid), w1_dst.eq(w_dst), w1_data.eq(w_data), w2_data.eq(w1_data)]
-        # forwarding choice for the value E uses next cycle: 3 = W's, 2 = W1's, 1 = W2's, 0 = the SRAM's
-        fwd_sel = Signal(2)
-        with m.If(e_valid & e_write & (e_dst == p_addr)):
+        m.d.sync += [w1_valid.eq(wr_valid), w1_dst.eq(wr_dst), w1_data.eq(wr_data), w2_data.eq(w1_data)]
+        # forwarding choice for the value E uses next cycle: 3 = W's, 2 = W1's, 1 = W2's, 0 = the SRAM's;
+        # 4 = X2's (a MUL's product two cycles after its E; hold keeps the slot right behind a MUL away)
+        fwd_sel = Signal(3 if mul else 2)
+        e_result_next = e_valid & e_write          # E's slot writes its result next cycle (not a MUL's)
+        if mul:
+            e_result_next &= ~is_mul
+        with m.If(e_result_next & (e_dst == p_addr)):
             m.d.sync += fwd_sel.eq(3)
-        with m.Elif(w_valid & (w_dst == p_addr)):
+        if mul:
+            with m.Elif(x1_valid & (x1_dst == p_addr)):
+                m.d.sync += fwd_sel.eq(4)
+        with m.Elif(wr_valid & (wr_dst == p_addr)):
             m.d.sync += fwd_sel.eq(2)
         with m.Elif(w1_valid & (w1_dst == p_addr)):
             m.d.sync += fwd_sel.eq(1)
         with m.Else():
             m.d.sync += fwd_sel.eq(0)
         acc_val = Signal(lane_bits)
+        sources = [(3, w_data), (2, w1_data), (1, w2_data), (0, self.acc_rd.data)]
+        if mul:
+            sources.insert(0, (4, x2_data))
         with m.Switch(fwd_sel):
-            for sel, src in ((3, w_data), (2, w1_data), (1, w2_data), (0, self.acc_rd.data)):
+            for sel, src in sources:
                 with m.Case(sel):
                     m.d.comb += acc_val.eq(src)
 
@@ -259,17 +303,28 @@ class TensorCompute(wiring.Component):
             alu_res.append(alu_lane(m, alu_op, av, bv, acc_w, cfg.LOG_ACC_WIDTH + 1, name=f"alu{k}"))
         alu_new = Cat(*alu_res)
         w_result = Signal()     # a result (not a reset GEMM's zero): OUT is written and the uop counted
-        m.d.sync += [w_valid.eq(e_valid & e_write), w_dst.eq(e_dst),
+        m.d.sync += [w_valid.eq(e_result_next), w_dst.eq(e_dst),
                      w_data.eq(Mux(is_alu, alu_new, Mux(e_reset, 0, gemm_new))),
-                     w_result.eq(e_valid & e_write & ~e_reset)]
+                     w_result.eq(e_result_next & ~e_reset)]
+        if mul:   # E -> X1 (the DSP's product register) -> X2 (its output register) -> W
+            products, x1_data = [], Signal(lane_bits)
+            for k in range(lanes):
+                av = acc_val.word_select(k, acc_w)
+                bv = Mux(two_slot, src_hold.word_select(k, acc_w), imm)
+                products.append(mul_lane(av, bv))
+            m.d.sync += [x1_valid.eq(e_valid & e_write & is_mul), x1_dst.eq(e_dst), x1_data.eq(Cat(*products)),
+                         x2_valid.eq(x1_valid), x2_dst.eq(x1_dst), x2_data.eq(x1_data)]
+            w_result = Mux(is_mul, x2_valid, w_result)
 
         # ---- W: ACC / OUT writes
-        m.d.comb += [self.acc_wr.en.eq(w_valid), self.acc_wr.addr.eq(w_dst), self.acc_wr.data.eq(w_data),
-                     self.out_wr.en.eq(w_result), self.out_wr.addr.eq(w_dst),
-                     self.out_wr.data.eq(Cat(*[w_data.word_select(k, acc_w)[:out_w] for k in range(lanes)])),
+        m.d.comb += [self.acc_wr.en.eq(wr_valid), self.acc_wr.addr.eq(wr_dst), self.acc_wr.data.eq(wr_data),
+                     self.out_wr.en.eq(w_result), self.out_wr.addr.eq(wr_dst),
+                     self.out_wr.data.eq(Cat(*[wr_data.word_select(k, acc_w)[:out_w] for k in range(lanes)])),
                      self.gemm_uop.eq(w_result & ~is_alu), self.alu_uop.eq(w_result & is_alu)]
 
         busy = gen | i_valid | w_valid
+        if mul:
+            busy = busy | x1_valid | x2_valid
         for v in stage_valid + g_valid[1:] + [c[0] for c in chain[1:]]:
             busy = busy | v
         m.d.comb += [self.busy.eq(busy), self.gemm_active.eq(busy & ~is_alu), self.alu_active.eq(busy & is_alu)]

@@ -4,12 +4,14 @@ For a memory instruction (spec 2.11): SRAM[sram_base + r*P + c] for r < y_pad_0+
 and c < P = x_pad_0+x_size+x_pad_1 is DRAM element (dram_base + (r-y_pad_0)*x_stride + (c-x_pad_0))
 inside the data window and zero in the pads. Rows are requested from the ``DmaReader`` ahead of
 the SRAM writer, which writes one element per cycle (pads do not wait for the bus).
-Used for INP and WGT (load module) and for UOP and ACC (compute module).
+Used for INP and WGT (load module) and for UOP and ACC (compute module). With ``lane_bits`` (ACC_8BIT
+loads, ISA extension ``acc_8bit``) each byte of a DRAM element is sign-extended into a lane of that
+many bits of the SRAM element.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,16 +21,18 @@ from .sram import SramWriteSignature
 
 
 class TensorLoad(wiring.Component):
-    def __init__(self, layouts, elem_bits: int, data_bits: int, sram_addr_bits: int):
+    def __init__(self, layouts, elem_bits: int, data_bits: int, sram_addr_bits: int, lane_bits: int | None = None):
         self.layouts = layouts
-        self.elem_bits = elem_bits
+        self.elem_bits = elem_bits        # a DRAM element
         self.data_bits = data_bits
         self.sram_addr_bits = sram_addr_bits
+        self.lane_bits = lane_bits        # None: SRAM elements are DRAM elements; else bytes widen to lanes
+        sram_bits = elem_bits if lane_bits is None else elem_bits // 8 * lane_bits
         super().__init__({
             "start": In(1),
             "insn": In(layouts.mem),
             "busy": Out(1),
-            "sram": Out(SramWriteSignature(sram_addr_bits, elem_bits)),
+            "sram": Out(SramWriteSignature(sram_addr_bits, sram_bits)),
             "axi": Out(ReadClientSignature(data_bits)),
             "halt": In(1),
             "dma_idle": Out(1),
@@ -68,9 +72,13 @@ class TensorLoad(wiring.Component):
         m.d.comb += in_data.eq((r >= y_lo) & (r < y_hi) & (c >= x_lo) & (c < x_hi))
         step = Signal()
         m.d.comb += [self.sram.addr.eq(addr), self.sram.data.eq(0)]
+        elem = reader.out.payload
+        if self.lane_bits is not None:   # sign-extend every byte into its lane
+            lanes = [elem.word_select(k, 8).as_signed() for k in range(self.elem_bits // 8)]
+            elem = Cat(*[Cat(x, x[7].replicate(self.lane_bits - 8)) for x in lanes])
         with m.If(active & ~self.halt):
             with m.If(in_data):
-                m.d.comb += [reader.out.ready.eq(1), self.sram.data.eq(reader.out.payload),
+                m.d.comb += [reader.out.ready.eq(1), self.sram.data.eq(elem),
                              self.sram.en.eq(reader.out.valid), step.eq(reader.out.valid),
                              self.data_elem.eq(reader.out.valid)]
             with m.Else():

@@ -73,10 +73,10 @@ class CommandQueue:
         self._key_of: dict[int, tuple[Hashable, Any]] = {}
         self.runs = 0
         f = self._f = _Functions.get()
-        elem = [0] * 5
+        elem = [0] * 6   # DRAM bytes of an element, by memory type (an ACC_8BIT element is an OUT one)
         for mt, eb in ((MemType.UOP, cfg.UOP_ELEM_BYTES), (MemType.WGT, cfg.WGT_ELEM_BYTES),
                        (MemType.INP, cfg.INP_ELEM_BYTES), (MemType.ACC, cfg.ACC_ELEM_BYTES),
-                       (MemType.OUT, cfg.OUT_ELEM_BYTES)):
+                       (MemType.OUT, cfg.OUT_ELEM_BYTES), (MemType.ACC_8BIT, cfg.OUT_ELEM_BYTES)):
             elem[mt] = eb
         me = weakref.ref(self)   # the core's callbacks must not keep the queue alive
 

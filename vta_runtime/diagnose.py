@@ -31,15 +31,19 @@ from vta_hw.spec import (
 from .errors import IllegalInstructionError, MissingFinishError, SramIndexError, UnbalancedTokensError
 
 QUEUE_NAMES = {"l2g": "load->compute", "g2l": "compute->load", "g2s": "compute->store", "s2g": "store->compute"}
-MEM_NAMES = {MemType.UOP: "UOP", MemType.WGT: "WGT", MemType.INP: "INP", MemType.ACC: "ACC", MemType.OUT: "OUT"}
+MEM_NAMES = {MemType.UOP: "UOP", MemType.WGT: "WGT", MemType.INP: "INP", MemType.ACC: "ACC", MemType.OUT: "OUT",
+             MemType.ACC_8BIT: "ACC"}
 
 
 def sram_geometry(cfg: Config, mt: int) -> tuple[int, int, str]:
-    """(depth, element bytes, name) of the SRAM a memory instruction of type ``mt`` touches."""
+    """(depth, DRAM element bytes, name) of the SRAM a memory instruction of type ``mt`` touches
+    (ACC_8BIT: the ACC SRAM, from DRAM elements of the OUT element size)."""
     depth = {MemType.UOP: cfg.UOP_BUFF_DEPTH, MemType.WGT: cfg.WGT_BUFF_DEPTH, MemType.INP: cfg.INP_BUFF_DEPTH,
-             MemType.ACC: cfg.ACC_BUFF_DEPTH, MemType.OUT: cfg.ACC_BUFF_DEPTH}[mt]
+             MemType.ACC: cfg.ACC_BUFF_DEPTH, MemType.OUT: cfg.ACC_BUFF_DEPTH,
+             MemType.ACC_8BIT: cfg.ACC_BUFF_DEPTH}[mt]
     elem = {MemType.UOP: cfg.UOP_ELEM_BYTES, MemType.WGT: cfg.WGT_ELEM_BYTES, MemType.INP: cfg.INP_ELEM_BYTES,
-            MemType.ACC: cfg.ACC_ELEM_BYTES, MemType.OUT: cfg.OUT_ELEM_BYTES}[mt]
+            MemType.ACC: cfg.ACC_ELEM_BYTES, MemType.OUT: cfg.OUT_ELEM_BYTES,
+            MemType.ACC_8BIT: cfg.OUT_ELEM_BYTES}[mt]
     return depth, elem, MEM_NAMES[mt]
 
 
@@ -115,9 +119,10 @@ def check_instruction(cfg: Config, p: Program, i: int, dram: Any = None) -> None
         raise IllegalInstructionError(f"instruction {i}: illegal opcode {op} (valid: 0-4)", i)
     mt = p.mem("memory_type", i)
     st = p.stage[i]
-    if op == Opcode.LOAD and st is None:
-        why = "ACC_8BIT loads are not supported (see README)" if mt == MemType.ACC_8BIT else \
-            "a LOAD may target UOP(0), WGT(1), INP(2) or ACC(3)"
+    if op == Opcode.LOAD and (st is None or mt not in cfg.isa.load_types):
+        why = cfg.isa.refusal(mem_type=mt)
+        why = f"{MemType(mt).name} loads are not supported by this configuration: {why}" if why else \
+            "a LOAD may target " + ", ".join(f"{MemType(t).name}({int(t)})" for t in sorted(cfg.isa.load_types))
         raise IllegalInstructionError(f"instruction {i}: LOAD with memory type {mt}: {why}", i)
     if op == Opcode.STORE and p.mem("x_size", i) and mt != MemType.OUT:
         raise IllegalInstructionError(
@@ -131,8 +136,10 @@ def check_instruction(cfg: Config, p: Program, i: int, dram: Any = None) -> None
             "has no such queue", i)
     if op == Opcode.ALU:
         aop = p.alu("alu_opcode", i)
-        if aop not in (AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR):
-            why = "MUL is not supported (see README)" if aop == AluOp.MUL else "valid: 0-3"
+        if aop not in cfg.isa.alu_ops:
+            why = cfg.isa.refusal(alu_op=aop)
+            why = f"{AluOp(aop).name} is not supported by this configuration: {why}" if why else \
+                "valid: " + ", ".join(f"{AluOp(a).name} {int(a)}" for a in sorted(cfg.isa.alu_ops))
             raise IllegalInstructionError(f"instruction {i}: illegal ALU opcode {aop} ({why})", i)
     if op in (Opcode.GEMM, Opcode.ALU):
         end = p.gemm("uop_end", i)

@@ -39,7 +39,9 @@ from vta_hw.spec.regmap import (
     ErrorCode,
     IndexOperand,
     ModuleState,
+    describe_extensions,
     describe_hwconfig,
+    extensions_word,
     hwconfig_word,
 )
 
@@ -142,6 +144,11 @@ class Mmio:
         if hw != want:
             raise DeviceError(f"the VTA core was built for {describe_hwconfig(hw)}, but the configuration is "
                               f"{describe_hwconfig(want)} ({cfg.MODEL})")
+        hw, want = self.reg("EXTENSIONS"), extensions_word(cfg)
+        if hw != want:
+            raise DeviceError(f"the VTA core implements {describe_extensions(hw)}, but the configuration "
+                              f"{cfg.MODEL} has {describe_extensions(want)} (ISA_EXTENSIONS): program the "
+                              "bitstream built for this configuration")
 
     def busy(self) -> bool:
         return bool(self.reg("CONTROL") & Control.BUSY)

@@ -14,10 +14,10 @@ import threading
 from pathlib import Path
 
 from vta_hw.spec import (
-    SUPPORTED_ALU_OPS,
     TOKEN_QUEUES,
     AluOp,
     Isa,
+    MemType,
     Stage,
     token_pops,
     token_pushes,
@@ -85,14 +85,20 @@ def spec_tables(isa: Isa) -> tuple[list[int], str, str]:
             tables.append(TOKEN_QUEUES.index(q[0]) if q else -1)
     tables += [int(QUEUE_ENDS[q][0]) for q in TOKEN_QUEUES]
     tables += [int(QUEUE_ENDS[q][1]) for q in TOKEN_QUEUES]
-    tables += sorted(int(a) for a in SUPPORTED_ALU_OPS)
+    tables += [len(isa.alu_ops), *sorted(int(a) for a in isa.alu_ops)]
+    tables += sorted(int(t) for t in isa.load_types)
     formats = "|".join(
         f"{fmt.name}:" + ";".join(f"{f.name},{f.lsb},{f.width},{int(f.signed)}" for f in fmt)
         for fmt in (isa.mem, isa.gemm, isa.alu, isa.uop))
     alu_names = [""] * (max(AluOp) + 1)
     for a in AluOp:
         alu_names[a] = a.name
-    names = ",".join(TOKEN_QUEUES) + "|" + ",".join(alu_names)
+    # why an opcode / memory type an ISA extension defines is refused (by value; "" where none is)
+    alu_why = [f"{a.name} is not supported by this configuration: {isa.refusal(alu_op=a)}"
+               if isa.refusal(alu_op=a) else "" for a in AluOp]
+    load_why = [f"{t.name} is not supported by this configuration: {isa.refusal(mem_type=t)}"
+                if isa.refusal(mem_type=t) else "" for t in MemType]
+    names = "|".join([",".join(TOKEN_QUEUES), ",".join(alu_names), "\x1f".join(alu_why), "\x1f".join(load_why)])
     return tables, formats, names
 
 

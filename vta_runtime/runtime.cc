@@ -152,7 +152,18 @@ struct Spec {
   int queue_from[kQueues], queue_to[kQueues];
   std::vector<std::string> queue_names;   // l2g, g2l, g2s, s2g
   std::vector<std::string> alu_names;     // by ALU opcode value
-  std::vector<int64_t> supported_alu;
+  std::vector<int64_t> supported_alu;     // the legal ALU opcodes and LOAD memory types (ISA extensions
+  std::vector<int64_t> loadable;          // included when the config enables them)
+  // why an ALU opcode / memory type (by value) that an ISA extension defines is refused; "" otherwise
+  std::vector<std::string> alu_refusal, load_refusal;
+
+  bool alu_ok(int64_t op) const {
+    return std::find(supported_alu.begin(), supported_alu.end(), op) != supported_alu.end();
+  }
+  bool load_ok(int64_t mt) const { return std::find(loadable.begin(), loadable.end(), mt) != loadable.end(); }
+  static std::string refusal(const std::vector<std::string>& why, int64_t v) {
+    return v >= 0 && v < static_cast<int64_t>(why.size()) ? why[v] : std::string();
+  }
 
   const Format& format_of(int64_t opcode) const {
     if (opcode == OP_LOAD || opcode == OP_STORE) return mem;
@@ -164,7 +175,7 @@ struct Spec {
     if (opcode == OP_STORE) return STORE;
     if (opcode == OP_LOAD) {
       if (memory_type == MEM_INP || memory_type == MEM_WGT) return LOAD;
-      if (memory_type == MEM_UOP || memory_type == MEM_ACC) return COMPUTE;
+      if (memory_type == MEM_UOP || memory_type == MEM_ACC || memory_type == MEM_ACC_8BIT) return COMPUTE;
     }
     return 0;
   }
@@ -393,11 +404,14 @@ struct Kernel {
     ui = ui != 0;
     if (m != MODE_GEMM && m != MODE_ALU) VTA_THROW("uop_push mode " << m << " must be 0 (GEMM) or 1 (ALU)");
     if (mode < 0) {
-      if (m == MODE_ALU && std::find(spec.supported_alu.begin(), spec.supported_alu.end(), op) ==
-                               spec.supported_alu.end()) {
+      if (m == MODE_ALU && !spec.alu_ok(op)) {
         std::string name = op >= 0 && op < static_cast<int64_t>(spec.alu_names.size()) ? spec.alu_names[op]
                                                                                          : std::to_string(op);
-        VTA_THROW("ALU opcode " << name << " is not supported (MIN, MAX, ADD and SHR are; see README)");
+        std::string why = Spec::refusal(spec.alu_refusal, op);
+        std::ostringstream legal;
+        for (int64_t a : spec.supported_alu) legal << (legal.tellp() > 0 ? ", " : "") << spec.alu_names[a];
+        if (!why.empty()) VTA_THROW("ALU opcode " << why << " (" << legal.str() << " are)");
+        VTA_THROW("ALU opcode " << name << " is not supported (" << legal.str() << " are)");
       }
       mode = static_cast<int>(m);
       reset = r;
@@ -513,7 +527,7 @@ struct Callbacks {
 class Queue {
  public:
   Queue(std::shared_ptr<const Spec> spec, int64_t max_insns, int64_t uop_capacity, int64_t uop_depth,
-        std::array<int64_t, 5> elem_bytes, Callbacks cb)
+        std::array<int64_t, 6> elem_bytes, Callbacks cb)
       : q(spec), spec_(std::move(spec)), max_insns_(max_insns), uop_capacity_(uop_capacity), residency_(uop_depth),
         elem_bytes_(elem_bytes), cb_(std::move(cb)) {}
 
@@ -533,10 +547,16 @@ class Queue {
 
   void load_2d(int64_t phys, int64_t off, int64_t xs, int64_t ys, int64_t st, int64_t xp0, int64_t yp0,
                int64_t xp1, int64_t yp1, int64_t sram, int64_t mt) {
-    if (mt != MEM_INP && mt != MEM_WGT && mt != MEM_ACC && mt != MEM_UOP)
-      VTA_THROW("load_buffer_2d: memory type " << mt << " cannot be loaded; use INP(" << MEM_INP << "), WGT("
-                                               << MEM_WGT << "), ACC(" << MEM_ACC << ") or UOP(" << MEM_UOP
-                                               << ") (ACC_8BIT is not supported, see README)");
+    if (!spec_->load_ok(mt)) {
+      std::string why = Spec::refusal(spec_->load_refusal, mt);
+      std::ostringstream legal;
+      for (int64_t t : spec_->loadable) legal << (legal.tellp() > 0 ? ", " : "") << t;
+      VTA_THROW("load_buffer_2d: memory type " << mt << " cannot be loaded"
+                                               << (why.empty() ? "" : ": ") << why << "; the loadable types are "
+                                               << legal.str() << " (UOP " << MEM_UOP << ", WGT " << MEM_WGT
+                                               << ", INP " << MEM_INP << ", ACC " << MEM_ACC
+                                               << (spec_->load_ok(MEM_ACC_8BIT) ? ", ACC_8BIT 5" : "") << ")");
+    }
     reserve(1);
     q.mem(OP_LOAD, mt, sram, dram_base(phys, off, mt, "load_buffer_2d"), ys, xs, st, yp0, yp1, xp0, xp1);
   }
@@ -672,7 +692,7 @@ class Queue {
   std::shared_ptr<const Spec> spec_;
   int64_t max_insns_, uop_capacity_;
   Residency residency_;
-  std::array<int64_t, 5> elem_bytes_;
+  std::array<int64_t, 6> elem_bytes_;
   Callbacks cb_;
   std::unordered_map<Key, std::unique_ptr<Kernel>, KeyHash> kernels_;
   std::vector<Key> order_;   // kernels in the order they were recorded
@@ -838,19 +858,31 @@ std::shared_ptr<Spec> make_spec(const ffi::Array<int64_t>& tables, const std::st
   spec->gemm = fmts["GEMM"];
   spec->alu = fmts["ALU"];
   spec->uop = fmts["uop"];
-  // tables: queue_of[4][4], queue_from[4], queue_to[4], then the supported ALU opcodes
+  // tables: queue_of[4][4], queue_from[4], queue_to[4], the number of legal ALU opcodes, those opcodes,
+  // then the loadable memory types
   size_t k = 0;
   for (int s = 0; s < 4; ++s)
     for (int f = 0; f < 4; ++f) spec->queue_of[s][f] = static_cast<int>(tables[k++]);
   for (int qi = 0; qi < kQueues; ++qi) spec->queue_from[qi] = static_cast<int>(tables[k++]);
   for (int qi = 0; qi < kQueues; ++qi) spec->queue_to[qi] = static_cast<int>(tables[k++]);
-  while (k < tables.size()) spec->supported_alu.push_back(tables[k++]);
-  // names: "l2g,g2l,g2s,s2g|MIN,MAX,ADD,SHR,MUL"
-  auto bar = names.find('|');
-  std::stringstream qn(names.substr(0, bar)), an(names.substr(bar + 1));
+  for (int64_t n = tables[k++]; n > 0; --n) spec->supported_alu.push_back(tables[k++]);
+  while (k < tables.size()) spec->loadable.push_back(tables[k++]);
+  // names: "l2g,g2l,g2s,s2g|MIN,MAX,ADD,SHR,MUL|<ALU refusals>|<LOAD refusals>", the refusals by value,
+  // separated by \x1f
+  std::vector<std::string> parts;
+  std::stringstream all(names);
   std::string item;
-  while (std::getline(qn, item, ',')) spec->queue_names.push_back(item);
-  while (std::getline(an, item, ',')) spec->alu_names.push_back(item);
+  while (std::getline(all, item, '|')) parts.push_back(item);
+  if (parts.size() != 4) TVM_FFI_THROW(ValueError) << "VTA runtime: bad ISA names table";
+  auto split = [](const std::string& text, char sep, std::vector<std::string>& out) {
+    std::stringstream in(text);
+    std::string x;
+    while (std::getline(in, x, sep)) out.push_back(x);
+  };
+  split(parts[0], ',', spec->queue_names);
+  split(parts[1], ',', spec->alu_names);
+  split(parts[2], '\x1f', spec->alu_refusal);
+  split(parts[3], '\x1f', spec->load_refusal);
   return spec;
 }
 
@@ -867,9 +899,9 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("vta.runtime.native.NewQueue",
            [](ffi::Array<int64_t> tables, ffi::String formats, ffi::String names, ffi::Array<int64_t> sizes,
               ffi::Function run, ffi::Function alloc_uops, ffi::Function window, ffi::Function write) -> int64_t {
-             // sizes: max_insns, uop_capacity, uop_depth, elem bytes by memory type (5)
-             std::array<int64_t, 5> eb;
-             for (int m = 0; m < 5; ++m) eb[m] = sizes[3 + m];
+             // sizes: max_insns, uop_capacity, uop_depth, DRAM element bytes by memory type (6: ACC_8BIT last)
+             std::array<int64_t, 6> eb;
+             for (int m = 0; m < 6; ++m) eb[m] = sizes[3 + m];
              auto* q = new Queue(make_spec(tables, formats, names), sizes[0], sizes[1], sizes[2], eb,
                                  Callbacks{run, alloc_uops, window, write});
              return reinterpret_cast<int64_t>(q);

@@ -115,6 +115,10 @@ class ConfigKeys(_SpecDirective):
         for key in KEYS[2:]:
             lo, hi, why = spec_config._INT_KEYS[key]
             rows.append([f"``{key}``", f"{d[key]}", f"{lo}" if lo == hi else f"{lo} .. {hi}", why])
+        from vta_hw.spec import EXTENSIONS
+        rows.append(["``ISA_EXTENSIONS``", "(absent)", "a list of " + ", ".join(f"``{n}``" for n in EXTENSIONS),
+                     "optional: the opt-in ISA extensions (see the ISA page); without the key, or with an empty "
+                     "list, the config is exactly HW_VER 0.0.2"])
         return _table(rows, ["key", "default", "allowed", "why"], [22, 8, 18, 52])
 
 
@@ -175,7 +179,7 @@ FIELD_MEANING = {
     "opcode": "LOAD 0, STORE 1, GEMM 2, FINISH 3, ALU 4",
     "pop_prev_dep": "wait for a token from the previous stage", "pop_next_dep": "wait for a token from the next stage",
     "push_prev_dep": "signal the previous stage when done", "push_next_dep": "signal the next stage when done",
-    "memory_type": "UOP 0, WGT 1, INP 2, ACC 3, OUT 4",
+    "memory_type": "UOP 0, WGT 1, INP 2, ACC 3, OUT 4, ACC_8BIT 5 (extension ``acc_8bit``)",
     "sram_base": "first SRAM element", "dram_base": "first DRAM element (in elements of the memory type)",
     "y_size": "rows", "x_size": "elements per row", "x_stride": "elements between row starts in DRAM",
     "y_pad_0": "zero rows before", "y_pad_1": "zero rows after",
@@ -186,7 +190,8 @@ FIELD_MEANING = {
     "dst_factor_out": "ACC index step per outer iteration", "dst_factor_in": "ACC index step per inner iteration",
     "src_factor_out": "source index step per outer iteration", "src_factor_in": "source index step per inner iteration",
     "wgt_factor_out": "WGT index step per outer iteration", "wgt_factor_in": "WGT index step per inner iteration",
-    "alu_opcode": "MIN 0, MAX 1, ADD 2, SHR 3 (MUL 4 is refused)", "use_imm": "1: the operand is ``imm``",
+    "alu_opcode": "MIN 0, MAX 1, ADD 2, SHR 3, MUL 4 (extension ``alu_mul``)",
+    "use_imm": "1: the operand is ``imm``",
     "imm": "signed immediate operand",
     "dst_idx": "ACC index (GEMM and ALU destination)", "src_idx": "INP index (GEMM) or ACC index (ALU source)",
     "wgt_idx": "WGT index (GEMM)",
@@ -240,17 +245,29 @@ class IsaFormat(SphinxDirective):
 
 class IsaEnums(_SpecDirective):
     def text(self) -> str:
-        from vta_hw.spec import SUPPORTED_ALU_OPS, TOKEN_QUEUES, AluOp, MemType, Opcode, Stage
+        from vta_hw.spec import TOKEN_QUEUES, AluOp, MemType, Opcode, Stage, extension_for
         from vta_hw.spec.isa import QUEUE_ENDS
+
+        def needs(ext):
+            return f"ISA extension ``{ext.name}`` only (refused without it)" if ext else ""
         out = [_table([[f"``{o.name}``", int(o)] for o in Opcode], ["opcode", "value"], title="Opcodes"),
-               _table([[f"``{m.name}``", int(m), "" if m != MemType.ACC_8BIT else "refused everywhere"]
+               _table([[f"``{m.name}``", int(m), needs(extension_for(mem_type=m)) or
+                        ("stores only" if m == MemType.OUT else "")]
                        for m in MemType], ["memory type", "value", ""], title="Memory types"),
-               _table([[f"``{a.name}``", int(a), "" if a in SUPPORTED_ALU_OPS else "refused everywhere"]
+               _table([[f"``{a.name}``", int(a), needs(extension_for(alu_op=a))]
                        for a in AluOp], ["ALU opcode", "value", ""], title="ALU opcodes"),
                _table([[f"``{s.name}``", int(s)] for s in Stage], ["stage", "queue id"], title="Stages"),
                _table([[f"``{q}``", QUEUE_ENDS[q][0].name, QUEUE_ENDS[q][1].name] for q in TOKEN_QUEUES],
                       ["token queue", "from", "to"], title="Dependency-token queues")]
         return "\n".join(out)
+
+
+class IsaExtensions(_SpecDirective):
+    def text(self) -> str:
+        from vta_hw.spec import EXTENSIONS
+        rows = [[f"``{e.name}``", e.summary, f"``_{e.tag}``", e.bit, e.semantics] for e in EXTENSIONS.values()]
+        return _table(rows, ["extension", "adds", "MODEL / BITSTREAM tag", "EXTENSIONS bit", "semantics"],
+                      [11, 17, 10, 8, 54], title="ISA extensions (config key ISA_EXTENSIONS)")
 
 
 class Regmap(_SpecDirective):
@@ -298,7 +315,8 @@ def setup(app):
     app.add_config_value("vta_docs_repo", str(Path(__file__).resolve().parents[2]), "env")
     app.add_directive("vta-source", RepoSource)
     for name, cls in (("vta-config-keys", ConfigKeys), ("vta-derived", Derived), ("vta-targets", Targets),
-                      ("vta-isa-format", IsaFormat), ("vta-isa-enums", IsaEnums), ("vta-regmap", Regmap),
+                      ("vta-isa-format", IsaFormat), ("vta-isa-enums", IsaEnums),
+                      ("vta-isa-extensions", IsaExtensions), ("vta-regmap", Regmap),
                       ("vta-error-codes", ErrorCodes), ("vta-counters", Counters)):
         app.add_directive(name, cls)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

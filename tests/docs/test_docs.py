@@ -64,6 +64,9 @@ def test_isa_tables_are_the_spec(site):
         for f in fmt.fields:
             bits = f"{f.msb}:{f.lsb}" if f.width > 1 else f"{f.lsb}"
             assert re.search(rf"{f.name}\s*{bits}\s*{f.width}", text), f"{fmt.name}.{f.name} [{bits}] not in the table"
+    from vta_hw.spec import EXTENSIONS
+    for e in EXTENSIONS.values():   # the extensions' table, from the same spec entries
+        assert e.name in text and e.summary in text and "upper 16 bits of both operands are ignored" in text
     regs = _text(site / "hardware" / "regmap.html")
     from vta_hw.spec import regmap
     for r in regmap.REGISTERS:

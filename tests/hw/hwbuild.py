@@ -28,19 +28,24 @@ def _hash(*parts: bytes) -> str:
     return h.hexdigest()[:16]
 
 
-def unit_verilog(cfg) -> Path:
-    """Verilog of ``unit_top.UnitTop`` for ``cfg`` (cached)."""
+def unit_verilog(cfg, units=None, name: str = "units") -> Path:
+    """Verilog of ``unit_top.UnitTop`` for ``cfg`` (cached), of every unit or only ``units``, with the
+    top module ``name``."""
     from vta_hw.verilog import source_hash, strip_zero_init
 
-    key = _hash(cfg.hash(hardware_only=True).encode(), source_hash().encode(), (HERE / "unit_top.py").read_bytes())
-    out = BUILD / f"units-{key}" / "units.v"
+    sys.path.insert(0, str(HERE))
+    from unit_top import ALL_UNITS, UnitTop
+    units = tuple(units or ALL_UNITS)
+    key = _hash(cfg.hash(hardware_only=True).encode(), source_hash().encode(), (HERE / "unit_top.py").read_bytes(),
+                repr(units).encode())
+    if units == ALL_UNITS:   # the key of the full top as it always was
+        key = _hash(cfg.hash(hardware_only=True).encode(), source_hash().encode(), (HERE / "unit_top.py").read_bytes())
+    out = BUILD / f"{name}-{key}" / f"{name}.v"
     if out.exists():
         return out
-    sys.path.insert(0, str(HERE))
     from amaranth.back import verilog
-    from unit_top import UnitTop
     out.parent.mkdir(parents=True, exist_ok=True)
-    text = strip_zero_init(verilog.convert(UnitTop(cfg), name="units", emit_src=False))
+    text = strip_zero_init(verilog.convert(UnitTop(cfg, units), name=name, emit_src=False))
     tmp = out.with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(out)

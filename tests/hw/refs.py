@@ -29,7 +29,14 @@ def alu_scalar(op: int, a: int, b: int) -> int:
         return _wrap(a + b)
     if op == AluOp.SHR:
         return shr(a, b)
+    if op == AluOp.MUL:   # the alu_mul extension: the low 16 bits of both, signed, an exact product
+        return s16(a) * s16(b)
     raise ValueError(op)
+
+
+def s16(x: int) -> int:
+    x = int(x) & 0xFFFF
+    return x - (1 << 16) if x >> 15 else x
 
 
 def loop_indices(uops, it_out, it_in, f):

@@ -26,3 +26,17 @@ def units_sim():
 @pytest.mark.parametrize("suite", SUITES)
 def test_unit_suite(units_sim, suite):
     cocotb_run(units_sim, "units", f"cocotb_{suite}")
+
+
+#: the ISA extensions' suite: 2x8x8 on Pynq's bus (16 lanes, a two-beat ACC_8BIT element) with both
+EXT_CONFIG = {**load_config().cfg_dict, "LOG_BATCH": 1, "LOG_BLOCK": 3, "LOG_WGT_BUFF_SIZE": 16,
+              "ISA_EXTENSIONS": ["alu_mul", "acc_8bit"]}
+
+
+def test_extension_suite(tmp_path):
+    """MUL in the tensor-compute unit and the ACC_8BIT loader, on a build of just those two units."""
+    cfg = load_config(EXT_CONFIG)
+    path = tmp_path / "ext.json"
+    path.write_text(cfg.to_json())
+    sim = cocotb_build(unit_verilog(cfg, units=("tc", "acc8"), name="ext_units"), "ext_units")
+    cocotb_run(sim, "ext_units", "cocotb_ext", env={"VTA_CONFIG": str(path)})

@@ -2,6 +2,9 @@
 share a single Verilator build (a build costs ~1 minute on 2 cores; one per unit would dominate
 the CI budget). Each unit's ports appear flat with a prefix (``fetch_``, ``load_``, ...); units
 that master AXI get their own ``AxiArbiter`` whose bus is ``<unit>_axi_*`` for cocotbext-axi.
+
+``units`` builds a subset (the extension suites build only the tensor-compute unit and ``acc8``, the
+ACC_8BIT loader of a config with the ``acc_8bit`` extension: a smaller, quicker build).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from vta_hw.spec.regmap import DmaClient
 from vta_hw.sram import READ_LATENCY, Sram
 from vta_hw.store import Store
 from vta_hw.tensor_compute import TensorCompute
+from vta_hw.tensor_load import TensorLoad
 
 BACKDOOR = {"uop": 0, "inp": 1, "wgt": 2, "acc": 3, "out": 4}
 
@@ -41,28 +45,37 @@ def _walk(obj, path):
     return obj
 
 
+ALL_UNITS = ("fetch", "load", "store", "tc", "tok", "regs", "arb")
+
+
 class UnitTop(wiring.Component):
-    def __init__(self, cfg):
+    def __init__(self, cfg, units=ALL_UNITS):
         self.cfg = cfg
         lay = self.layouts = Layouts(cfg)
         dw = cfg.AXI_DATA_BITS
-        self.units = {
-            "fetch": Fetch(lay, dw),
-            "load": Load(lay, dw),
-            "store": Store(lay, dw),
-            "tc": TensorCompute(lay),
-            "tok": TokenQueue(),
-            "regs": RegFile(),
+        ab = (cfg.ACC_BUFF_DEPTH - 1).bit_length() or 1
+        make = {
+            "fetch": lambda: Fetch(lay, dw),
+            "load": lambda: Load(lay, dw),
+            "store": lambda: Store(lay, dw),
+            "tc": lambda: TensorCompute(lay),
+            "tok": TokenQueue,
+            "regs": RegFile,
+            "acc8": lambda: TensorLoad(lay, cfg.OUT_ELEM_BITS, dw, ab, lane_bits=cfg.ACC_WIDTH),
         }
-        self.arbs = {
-            "fetch": AxiArbiter(dw, [DmaClient.FETCH], DmaClient.OUT),
-            "load": AxiArbiter(dw, [DmaClient.INP, DmaClient.WGT], DmaClient.OUT),
-            "store": AxiArbiter(dw, [], DmaClient.OUT),
-            "arb": AxiArbiter(dw, [0, 1, 2], 5),
+        self.units = {name: make[name]() for name in units if name in make}
+        arbs = {
+            "fetch": lambda: AxiArbiter(dw, [DmaClient.FETCH], DmaClient.OUT),
+            "load": lambda: AxiArbiter(dw, [DmaClient.INP, DmaClient.WGT], DmaClient.OUT),
+            "store": lambda: AxiArbiter(dw, [], DmaClient.OUT),
+            "arb": lambda: AxiArbiter(dw, [0, 1, 2], 5),
+            "acc8": lambda: AxiArbiter(dw, [DmaClient.ACC], DmaClient.OUT),
         }
+        self.arbs = {name: arbs[name]() for name in units if name in arbs}
         self.skip = {
             "fetch": ("axi",), "load": ("inp_axi", "wgt_axi"), "store": ("axi", "out_rd"),
             "tc": ("uop_rd", "inp_rd", "wgt_rd", "acc_rd", "acc_wr", "out_wr"), "tok": (), "regs": ("bus",),
+            "acc8": ("axi",),
         }
         members = {}
         for name, unit in self.units.items():
@@ -71,25 +84,28 @@ class UnitTop(wiring.Component):
             for path, member in arb.signature.members["bus"].signature.members.flatten():
                 members[f"{name}_axi_{path[0]}"] = Out(member.shape) if member.flow == wiring.Out else In(member.shape)
         # the stand-alone arbiter's clients are driven from the test
-        for cid in (0, 1, 2):
+        for cid in (0, 1, 2) if "arb" in self.arbs else ():
             for path, member in ReadClientSignature(dw).members.flatten():
                 if member.is_signature:
                     continue
                 # from the client's side: ar is driven by the test (input to the top), r is observed
                 members[f"arb_c{cid}_" + "_".join(path)] = In(member.shape) if member.flow == wiring.Out \
                     else Out(member.shape)
-        for path, member in WriteClientSignature(dw).members.flatten():
+        for path, member in WriteClientSignature(dw).members.flatten() if "arb" in self.arbs else ():
             if member.is_signature:
                 continue
             members["arb_w_" + "_".join(path)] = In(member.shape) if member.flow == wiring.Out else Out(member.shape)
-        for path, member in self.units["regs"].signature.members["bus"].signature.members.flatten():
-            members[f"regs_s_axi_{path[0]}"] = Out(member.shape) if member.flow == wiring.Out else In(member.shape)
+        if "regs" in self.units:
+            for path, member in self.units["regs"].signature.members["bus"].signature.members.flatten():
+                members[f"regs_s_axi_{path[0]}"] = Out(member.shape) if member.flow == wiring.Out else In(member.shape)
         # backdoors into the SRAMs of the store and tensor-compute units
-        members.update({
-            "store_bd_addr": In(16), "store_bd_data": In(cfg.OUT_ELEM_BITS), "store_bd_en": In(1),
-            "tc_bd_active": In(1), "tc_bd_mem": In(3), "tc_bd_addr": In(16), "tc_bd_wdata": In(cfg.WGT_ELEM_BITS),
-            "tc_bd_we": In(1), "tc_bd_rdata": Out(cfg.WGT_ELEM_BITS),
-        })
+        if "store" in self.units:
+            members.update({"store_bd_addr": In(16), "store_bd_data": In(cfg.OUT_ELEM_BITS), "store_bd_en": In(1)})
+        if "tc" in self.units:
+            members.update({
+                "tc_bd_active": In(1), "tc_bd_mem": In(3), "tc_bd_addr": In(16), "tc_bd_wdata": In(cfg.WGT_ELEM_BITS),
+                "tc_bd_we": In(1), "tc_bd_rdata": Out(cfg.WGT_ELEM_BITS),
+            })
         super().__init__(members)
 
     def _connect_flat(self, m, name, unit, skip):
@@ -102,7 +118,6 @@ class UnitTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self.cfg
         for name, unit in self.units.items():
             m.submodules[name] = unit
             self._connect_flat(m, name, unit, self.skip[name])
@@ -113,16 +128,32 @@ class UnitTop(wiring.Component):
                 inner = getattr(arb.bus, path[0])
                 m.d.comb += top.eq(inner) if member.flow == wiring.Out else inner.eq(top)
         u, a = self.units, self.arbs
-        wiring.connect(m, u["fetch"].axi, a["fetch"].client(DmaClient.FETCH))
-        wiring.connect(m, u["load"].inp_axi, a["load"].client(DmaClient.INP))
-        wiring.connect(m, u["load"].wgt_axi, a["load"].client(DmaClient.WGT))
-        wiring.connect(m, u["store"].axi, a["store"].wr)
-        for name in ("fetch", "load"):
-            m.d.comb += a[name].wr.aw.valid.eq(0)
-            m.d.comb += [a[name].wr.w.valid.eq(0), a[name].wr.b.ready.eq(1)]
+        if "fetch" in u:
+            wiring.connect(m, u["fetch"].axi, a["fetch"].client(DmaClient.FETCH))
+        if "load" in u:
+            wiring.connect(m, u["load"].inp_axi, a["load"].client(DmaClient.INP))
+            wiring.connect(m, u["load"].wgt_axi, a["load"].client(DmaClient.WGT))
+        if "store" in u:
+            wiring.connect(m, u["store"].axi, a["store"].wr)
+        if "acc8" in u:
+            wiring.connect(m, u["acc8"].axi, a["acc8"].client(DmaClient.ACC))
+        for name in ("fetch", "load", "acc8"):
+            if name in a:
+                m.d.comb += a[name].wr.aw.valid.eq(0)
+                m.d.comb += [a[name].wr.w.valid.eq(0), a[name].wr.b.ready.eq(1)]
+        if "arb" in a:
+            self._standalone_arbiter(m, a["arb"])
+        if "regs" in u:
+            self._regs_bus(m, u["regs"])
+        if "store" in u:
+            self._store_backdoor(m, u["store"])
+        if "tc" in u:
+            self._tc_backdoor(m, u["tc"])
+        return m
 
-        # stand-alone arbiter: clients from the top ports
-        arb = a["arb"]
+    def _standalone_arbiter(self, m, arb):
+        """The stand-alone arbiter: clients from the top ports."""
+        cfg = self.cfg
         for cid in (0, 1, 2):
             c = arb.client(cid)
             for path, member in ReadClientSignature(cfg.AXI_DATA_BITS).members.flatten():
@@ -138,23 +169,26 @@ class UnitTop(wiring.Component):
             inner = _walk(arb.wr, path)
             m.d.comb += inner.eq(top) if member.flow == wiring.Out else top.eq(inner)
 
-        # register file bus
-        regs = u["regs"]
+    def _regs_bus(self, m, regs):
         for path, member in regs.signature.members["bus"].signature.members.flatten():
             top = getattr(self, f"regs_s_axi_{path[0]}")
             inner = getattr(regs.bus, path[0])
             m.d.comb += top.eq(inner) if member.flow == wiring.Out else inner.eq(top)
 
-        # store: OUT SRAM with a backdoor write port
+    def _store_backdoor(self, m, store):
+        """store: OUT SRAM with a backdoor write port."""
+        cfg = self.cfg
         m.submodules.store_out = so = Sram(cfg.ACC_BUFF_DEPTH, cfg.OUT_ELEM_BITS)
-        wiring.connect(m, u["store"].out_rd, so.rd)
+        wiring.connect(m, store.out_rd, so.rd)
         m.d.comb += [so.wr.addr.eq(self.store_bd_addr), so.wr.data.eq(self.store_bd_data),
                      so.wr.en.eq(self.store_bd_en)]
 
-        # tensor compute: five SRAMs; the backdoor takes their ports while tc_bd_active
-        tc = u["tc"]
+    def _tc_backdoor(self, m, tc):
+        """tensor compute: five SRAMs; the backdoor takes their ports while tc_bd_active."""
+        cfg = self.cfg
         srams = {
-            "uop": Sram(cfg.UOP_BUFF_DEPTH, 32), "inp": Sram(cfg.INP_BUFF_DEPTH, cfg.INP_ELEM_BITS),
+            "uop": Sram(cfg.UOP_BUFF_DEPTH, 32, read_enable=cfg.isa.has("alu_mul")),
+            "inp": Sram(cfg.INP_BUFF_DEPTH, cfg.INP_ELEM_BITS),
             "wgt": Sram(cfg.WGT_BUFF_DEPTH, cfg.WGT_ELEM_BITS), "acc": Sram(cfg.ACC_BUFF_DEPTH, cfg.ACC_ELEM_BITS),
             "out": Sram(cfg.ACC_BUFF_DEPTH, cfg.OUT_ELEM_BITS),
         }
@@ -172,6 +206,8 @@ class UnitTop(wiring.Component):
             rd, wr = ports[name]
             mine = self.tc_bd_mem == BACKDOOR[name]
             m.d.comb += s.rd.addr.eq(Mux(bd, self.tc_bd_addr, rd.addr if rd is not None else 0))
+            if s.read_enable:   # the uop loop may hold its read (MUL); the backdoor always reads
+                m.d.comb += s.rd.en.eq(bd | rd.en)
             if rd is not None:
                 m.d.comb += rd.data.eq(s.rd.data)
             with m.If(bd):
@@ -183,4 +219,3 @@ class UnitTop(wiring.Component):
             with m.If(sel_q == BACKDOOR[name]):
                 m.d.comb += rdata.eq(s.rd.data)
         m.d.comb += self.tc_bd_rdata.eq(rdata)
-        return m

@@ -36,6 +36,28 @@ def test_reproducer_round_trip(tmp_path, monkeypatch):
     assert fuzz.replay(path) == []
 
 
+def test_extension_configs_and_a_batch_with_mul_and_acc_8bit(tmp_path, monkeypatch):
+    """NAME+ext: the config with every ISA extension, whose programs have MUL and ACC_8BIT (the
+    default configs' programs do not change: seeds keep their meaning)."""
+    from sim.fsim import FsimDevice
+    from vta_hw.spec import Isa, MemType, Opcode
+    assert list(fuzz.configs()) == ["1x16x16", "2x8x8", "ultra96"]
+    assert sorted(fuzz.configs(extended=True)) == sorted([*fuzz.configs(), "1x16x16+ext", "2x8x8+ext", "ultra96+ext"])
+    cfg = fuzz.config_of("2x8x8+ext")
+    assert cfg.ISA_EXTENSIONS == ("alu_mul", "acc_8bit") and cfg.BATCH == 2
+    seen = {"mul": 0, "acc8": 0}
+    for seed in range(20):
+        prog = fuzz.make_program("2x8x8+ext", seed, FsimDevice(cfg, dram_bytes=fuzz.DRAM_BYTES).alloc)
+        for a, b in Isa.words_from_bytes(prog.insns):
+            f = cfg.isa.decode(int(a) | int(b) << 64)
+            seen["mul"] += f["opcode"] == Opcode.ALU and f["alu_opcode"] == 4
+            seen["acc8"] += f["opcode"] == Opcode.LOAD and f["memory_type"] == MemType.ACC_8BIT
+    assert seen["mul"] > 20 and seen["acc8"] > 20
+    monkeypatch.setattr(fuzz, "OUT_DIR", tmp_path)
+    failures = fuzz.fuzz(40, seed=20250, names=["2x8x8+ext"], quiet=True, jobs=1)
+    assert not failures, "\n".join(f"seed {p.seed}: {'; '.join(pr)}" for p, pr in failures)
+
+
 BATCH_SHAPES = ("no sync at the end", "a loop past a buffer", "sparse inputs", "run twice")
 
 

@@ -11,6 +11,7 @@ from .config import (
                      INSN_BYTES,
                      KEYS,
                      MAX_XFER,
+                     OPTIONAL_KEYS,
                      PAGE_BITS,
                      PAGE_BYTES,
                      SIMULATED_TARGETS,
@@ -23,9 +24,12 @@ from .config import (
 from .counters import DEVICE_COUNTERS, PERF_COUNTERS
 from .disasm import describe, disassemble
 from .isa import (
+                     EXTENSIONS,
+                     LOADABLE_MEM_TYPES,
                      SUPPORTED_ALU_OPS,
                      TOKEN_QUEUES,
                      AluOp,
+                     Extension,
                      Field,
                      Format,
                      Isa,
@@ -34,6 +38,7 @@ from .isa import (
                      MemType,
                      Opcode,
                      Stage,
+                     extension_for,
                      illegal_dep_flags,
                      queue_between,
                      stage_of,
@@ -42,9 +47,11 @@ from .isa import (
 )
 
 __all__ = [
-    "BOARD_TARGETS", "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "HW_VER", "INSN_BYTES", "KEYS", "MAX_XFER", "PAGE_BITS",
+    "BOARD_TARGETS", "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "HW_VER", "INSN_BYTES", "KEYS", "MAX_XFER",
+    "OPTIONAL_KEYS", "PAGE_BITS",
     "PAGE_BYTES", "SIMULATED_TARGETS", "TARGETS", "UOP_ELEM_BYTES", "Config", "ConfigError", "load_config",
     "DEVICE_COUNTERS", "PERF_COUNTERS", "describe", "disassemble",
-    "SUPPORTED_ALU_OPS", "TOKEN_QUEUES", "AluOp", "Field", "Format", "Isa", "IsaEncodeError", "IsaLayoutError",
-    "MemType", "Opcode", "Stage", "illegal_dep_flags", "queue_between", "stage_of", "token_pops", "token_pushes",
+    "EXTENSIONS", "LOADABLE_MEM_TYPES", "SUPPORTED_ALU_OPS", "TOKEN_QUEUES", "AluOp", "Extension", "Field", "Format",
+    "Isa", "IsaEncodeError", "IsaLayoutError", "MemType", "Opcode", "Stage", "extension_for", "illegal_dep_flags",
+    "queue_between", "stage_of", "token_pops", "token_pushes",
 ]

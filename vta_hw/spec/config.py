@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .isa import Isa, IsaLayoutError
+from .isa import EXTENSIONS, Isa, IsaLayoutError
 
 #: The repository's configuration file (the single source of truth).
 DEFAULT_CONFIG_PATH = (Path(__file__).parent / "default_config.json").resolve()
@@ -52,7 +52,8 @@ _OPTIONAL_INT_KEYS: dict[str, tuple[int, int, str]] = {
     "FPGA_FREQ": (10, 1000, "the clock the core is built for, in MHz (default: the TARGET's)"),
     "AXI_PORTS": (1, 2, "memory ports the core's DMA reads are spread over (default 1)"),
 }
-OPTIONAL_KEYS = tuple(_OPTIONAL_INT_KEYS)
+#: Keys a configuration may leave out; without them it is exactly HW_VER 0.0.2.
+OPTIONAL_KEYS = ("ISA_EXTENSIONS", *_OPTIONAL_INT_KEYS)
 #: Longest burst (in beats of the core's bus) when the core's reads are spread over several ports: the
 #: board top splits every burst into one per port and buffers the halves (``vta_hw.axi_split``).
 SPLIT_MAX_BURST = 32
@@ -155,10 +156,12 @@ class Config:
         for k, v in raw.items():
             setattr(self, k, v)
         self.AXI_PORTS: int = raw.get("AXI_PORTS", 1)
+        #: the enabled ISA extensions in canonical order (empty: HW_VER 0.0.2 exactly)
+        self.ISA_EXTENSIONS: tuple[str, ...] = tuple(raw.get("ISA_EXTENSIONS", ()))
         self._derive()
         try:
             self.isa = Isa(self.LOG_UOP_BUFF_DEPTH, self.LOG_ACC_BUFF_DEPTH, self.LOG_INP_BUFF_DEPTH,
-                           self.LOG_WGT_BUFF_DEPTH)
+                           self.LOG_WGT_BUFF_DEPTH, self.ISA_EXTENSIONS)
         except IsaLayoutError as exc:
             raise ConfigError(self._explain_isa_misfit(exc) if _explain else str(exc)) from None
 
@@ -223,10 +226,12 @@ class Config:
         self.AXI_MAX_BURST_BEATS = self.fpga_axi_max_burst if self.AXI_PORTS == 1 else \
             min(self.fpga_axi_max_burst, SPLIT_MAX_BURST)
 
-        # optional keys add their tags (..._17_p2_300mhz): a core built with one never matches a config without it
+        # optional keys add their tags (..._17_mul_acc8_p2_300mhz): a core built with one never matches a config
+        # without it
         self.BITSTREAM = (f"{self.BATCH}x{self.BLOCK_IN}_i{self.INP_WIDTH}w{self.WGT_WIDTH}a{self.ACC_WIDTH}"
                           f"_{self.LOG_UOP_BUFF_SIZE}_{self.LOG_INP_BUFF_SIZE}_{self.LOG_WGT_BUFF_SIZE}"
                           f"_{self.LOG_ACC_BUFF_SIZE}"
+                          + "".join(f"_{EXTENSIONS[n].tag}" for n in self.ISA_EXTENSIONS)
                           + (f"_p{self.AXI_PORTS}" if "AXI_PORTS" in self._raw else "")
                           + (f"_{self.fpga_freq}mhz" if "FPGA_FREQ" in self._raw else ""))
         self.MODEL = f"{self.TARGET}_{self.BITSTREAM}"
@@ -257,7 +262,10 @@ class Config:
     @property
     def cfg_dict(self) -> dict[str, Any]:
         """The eleven configuration keys and the optional ones it sets (what ``vta_config.json`` holds)."""
-        return dict(self._raw)
+        d = dict(self._raw)
+        if "ISA_EXTENSIONS" in d:
+            d["ISA_EXTENSIONS"] = list(d["ISA_EXTENSIONS"])
+        return d
 
     def pkg_dict(self) -> dict[str, Any]:
         """The keys plus the derived keys the original PkgConfig exported."""
@@ -305,7 +313,8 @@ class Config:
 
     def defs(self) -> list[str]:
         """The ``-DVTA_*`` macro list of the original ``vta_config.py --defs``."""
-        out = [f"-DVTA_{k}={v}" for k, v in self.pkg_dict().items()]
+        out = [f"-DVTA_{k}={v}" for k, v in self.pkg_dict().items() if k != "ISA_EXTENSIONS"]
+        out += [f"-DVTA_EXT_{n.upper()}=1" for n in self.ISA_EXTENSIONS]
         out.append(f"-DVTA_LOG_BUS_WIDTH={self.LOG_BUS_WIDTH}")
         out.append(f"-DVTA_IP_REG_MAP_RANGE=0x{self.ip_reg_map_range:X}")
         for blk in ("fetch", "load", "compute", "store"):
@@ -318,7 +327,7 @@ class Config:
         return isinstance(other, Config) and other._raw == self._raw
 
     def __hash__(self) -> int:
-        return hash(tuple(sorted(self._raw.items())))
+        return hash(tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in self._raw.items())))
 
     def __repr__(self) -> str:
         return f"Config({self.MODEL!r}, source={self.source!r})"
@@ -367,7 +376,27 @@ def _validate_keys(cfg: dict[str, Any], source: str) -> dict[str, Any]:
     if out.get("AXI_PORTS", 1) > ports:
         raise ConfigError(f"{source}: AXI_PORTS={out['AXI_PORTS']} but TARGET={target} has {ports} coherent memory "
                           f"port{'s' if ports > 1 else ''} for the core; AXI_PORTS must be at most {ports}")
+    extensions = _validate_extensions(cfg.get("ISA_EXTENSIONS", []), source)
+    if extensions:   # an empty list is the same as no key: the config (and its hash) is HW_VER 0.0.2's
+        out["ISA_EXTENSIONS"] = extensions
     return out
+
+
+def _validate_extensions(value: Any, source: str) -> list[str]:
+    """ISA_EXTENSIONS as a list of known names in canonical order, or a ConfigError naming the key."""
+    known = ", ".join(f"{e.name} ({e.summary.split(':')[0]})" for e in EXTENSIONS.values())
+    if not isinstance(value, (list, tuple)) or not all(isinstance(n, str) for n in value):
+        raise ConfigError(f"{source}: ISA_EXTENSIONS must be a list of extension names such as "
+                          f"[\"alu_mul\", \"acc_8bit\"], got {type(value).__name__} {value!r}; the extensions are "
+                          f"{known}")
+    for name in value:
+        if name not in EXTENSIONS:
+            raise ConfigError(f"{source}: ISA_EXTENSIONS names an unknown extension {name!r}; the extensions are "
+                              f"{known}")
+    dup = sorted({n for n in value if list(value).count(n) > 1})
+    if dup:
+        raise ConfigError(f"{source}: ISA_EXTENSIONS names {', '.join(dup)} more than once")
+    return [n for n in EXTENSIONS if n in value]
 
 
 def load_config(cfg: Config | Mapping[str, Any] | str | os.PathLike[str] | None = None) -> Config:

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .isa import TOKEN_QUEUES, AluOp, Isa, MemType, Opcode, stage_of, token_pops, token_pushes
+from .isa import TOKEN_QUEUES, AluOp, Isa, MemType, Opcode, extension_for, stage_of, token_pops, token_pushes
 
 
 def _words(stream: bytes | np.ndarray | Sequence[int]) -> list[int]:
@@ -27,7 +27,17 @@ def _name(enum, v: int) -> str:
 
 
 def describe(isa: Isa, word: int) -> str:
-    """The instruction part of a disassembly line (no index, no token counts)."""
+    """The instruction part of a disassembly line (no index, no token counts). An instruction of an ISA
+    extension that ``isa`` does not enable is marked so."""
+    text = _describe(isa, word)
+    f = isa.decode(word)
+    op = f["opcode"]
+    ext = extension_for(alu_op=f["alu_opcode"]) if op == Opcode.ALU else \
+        extension_for(mem_type=f["memory_type"]) if op == Opcode.LOAD else None
+    return f"{text} [illegal: needs ISA extension {ext.name}]" if ext and not isa.has(ext.name) else text
+
+
+def _describe(isa: Isa, word: int) -> str:
     op = isa.opcode_of(word)
     f = isa.decode(word)
     if op in (Opcode.LOAD, Opcode.STORE):

@@ -62,9 +62,55 @@ class Stage(IntEnum):
     STORE = 3
 
 
-#: Project-wide decision (README): MUL and ACC_8BIT are refused by every part.
+#: The ALU opcodes and LOAD memory types of HW_VER 0.0.2. MUL and ACC_8BIT are opt-in ISA extensions
+#: (``EXTENSIONS``, config key ``ISA_EXTENSIONS``): every part refuses them unless the config enables them.
 SUPPORTED_ALU_OPS = frozenset({AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR})
 LOADABLE_MEM_TYPES = frozenset({MemType.UOP, MemType.WGT, MemType.INP, MemType.ACC})
+
+#: Low bits of each operand a MUL multiplies (``alu_mul``).
+MUL_OPERAND_BITS = 16
+
+
+@dataclass(frozen=True)
+class Extension:
+    """An opt-in ISA extension: what it adds and what it means (the ISA page is generated from this)."""
+    name: str                       # the spelling in the config's ISA_EXTENSIONS list
+    tag: str                        # its part of the MODEL and BITSTREAM names
+    bit: int                        # its bit in the EXTENSIONS register (vta_hw.spec.regmap)
+    alu_ops: frozenset[AluOp]       # ALU opcodes it makes legal
+    mem_types: frozenset[MemType]   # LOAD memory types it makes legal
+    summary: str
+    semantics: str
+
+
+#: The extensions, in their canonical order (the order of names in MODEL, BITSTREAM and normalised configs).
+EXTENSIONS: dict[str, Extension] = {e.name: e for e in (
+    Extension(
+        "alu_mul", "mul", 0, frozenset({AluOp.MUL}), frozenset(), "ALU opcode 4, MUL: an exact int16 x int16 product",
+        "dst <- sext32(dst[15:0]) * sext32(B[15:0]) in every lane, where B is the source lane (register form) or "
+        "the 16-bit immediate (use_imm). The product of two int16 values always fits int32, so there is no wrap "
+        "and no saturation: the result is exact, and the upper 16 bits of both operands are ignored. It equals "
+        "the original fsim's wrapping 32-bit product whenever both operands fit int16. One DSP per lane "
+        "(DSP48E1 25x18, DSP48E2 27x18, a Cyclone V 18x18 half block). Clip an operand to int16 first where it "
+        "may not fit (requantization: (acc >> s1) clipped to int16, MUL by an int16 multiplier, then >> s2). "
+        "OUT gets the low 8 bits, as for every ALU opcode."),
+    Extension(
+        "acc_8bit", "acc8", 1, frozenset(), frozenset({MemType.ACC_8BIT}),
+        "LOAD memory type 5, ACC_8BIT: int8 tensors into the accumulators, sign-extended",
+        "A LOAD into the ACC SRAM, like ACC, whose DRAM elements are BATCH*BLOCK_OUT int8 values (the OUT "
+        "element size; dram_base and x_stride count these elements): each value is sign-extended into its "
+        "int32 accumulator lane. Padding as for every LOAD (zero accumulators). OUT is not written. "
+        "acc_load_nbytes counts the bytes read from DRAM (BATCH*BLOCK_OUT per element), not the ACC element "
+        "size the original fsim counted."),
+)}
+
+
+def extension_for(*, alu_op: int | None = None, mem_type: int | None = None) -> Extension | None:
+    """The extension that makes an ALU opcode or a LOAD memory type legal (None if none does)."""
+    for e in EXTENSIONS.values():
+        if alu_op in e.alu_ops or mem_type in e.mem_types:
+            return e
+    return None
 
 #: The four dependency-token queues, named producer-to-consumer.
 TOKEN_QUEUES = ("l2g", "g2l", "g2s", "s2g")
@@ -88,7 +134,8 @@ QUEUE_ENDS = {"l2g": (Stage.LOAD, Stage.COMPUTE), "g2l": (Stage.COMPUTE, Stage.L
 
 
 def stage_of(opcode: int, memory_type: int) -> Stage | None:
-    """The module that executes an instruction, or None if no module can (illegal opcode/type)."""
+    """The module that executes an instruction, or None if no module can (illegal opcode/type).
+    ACC_8BIT loads belong to the compute module; whether a config allows them is ``Isa.load_types``."""
     if opcode in (Opcode.GEMM, Opcode.ALU, Opcode.FINISH):
         return Stage.COMPUTE
     if opcode == Opcode.STORE:
@@ -96,7 +143,7 @@ def stage_of(opcode: int, memory_type: int) -> Stage | None:
     if opcode == Opcode.LOAD:
         if memory_type in (MemType.INP, MemType.WGT):
             return Stage.LOAD
-        if memory_type in (MemType.UOP, MemType.ACC):
+        if memory_type in (MemType.UOP, MemType.ACC, MemType.ACC_8BIT):
             return Stage.COMPUTE
     return None
 
@@ -250,8 +297,17 @@ def _dep_fields():
 class Isa:
     """All formats for one set of buffer depths (LUD/LAD/LID/LWD = log2 of UOP/ACC/INP/WGT depth)."""
 
-    def __init__(self, lud: int, lad: int, lid: int, lwd: int):
+    def __init__(self, lud: int, lad: int, lid: int, lwd: int, extensions: Iterable[str] = ()):
         self.LUD, self.LAD, self.LID, self.LWD = lud, lad, lid, lwd
+        unknown = sorted(set(extensions) - set(EXTENSIONS))
+        if unknown:
+            raise ValueError(f"unknown ISA extension(s) {', '.join(unknown)}; known: {', '.join(EXTENSIONS)}")
+        #: the enabled extensions, in canonical order
+        self.extensions: tuple[str, ...] = tuple(n for n in EXTENSIONS if n in set(extensions))
+        enabled = [EXTENSIONS[n] for n in self.extensions]
+        #: the legal ALU opcodes and LOAD memory types of this ISA
+        self.alu_ops: frozenset[AluOp] = SUPPORTED_ALU_OPS.union(*(e.alu_ops for e in enabled))
+        self.load_types: frozenset[MemType] = LOADABLE_MEM_TYPES.union(*(e.mem_types for e in enabled))
         misfits: list[IsaLayoutError] = []
 
         def make(name: str, bits: int, spec) -> Format | None:
@@ -305,6 +361,21 @@ class Isa:
             deps = {d for e in misfits for d in e.depends_on}
             raise IsaLayoutError(" and ".join(str(e) for e in misfits),
                                  tuple(d for d in ("LUD", "LAD", "LID", "LWD") if d in deps))
+
+    def has(self, extension: str) -> bool:
+        """Whether the extension (a name of ``EXTENSIONS``: ``alu_mul``, ``acc_8bit``) is enabled."""
+        if extension not in EXTENSIONS:
+            raise ValueError(f"unknown ISA extension {extension!r}; known: {', '.join(EXTENSIONS)}")
+        return extension in self.extensions
+
+    def refusal(self, *, alu_op: int | None = None, mem_type: int | None = None) -> str | None:
+        """Why an ALU opcode or LOAD memory type that an extension defines is illegal here ("it needs the
+        ISA extension ..."), or None if it is legal or no extension defines it. Every part words its
+        refusal of an extension's instruction with it."""
+        ext = extension_for(alu_op=alu_op, mem_type=mem_type)
+        if ext is None or self.has(ext.name):
+            return None
+        return f"it needs the ISA extension {ext.name!r}, which the config key ISA_EXTENSIONS does not enable"
 
     def format_of(self, opcode: int) -> Format:
         if opcode in (Opcode.LOAD, Opcode.STORE):

@@ -28,12 +28,15 @@ Offset    Name               RW    Meaning
 0x020     CYCLES_LO          R     cycles since START (64-bit, stops when the run ends)
 0x024     CYCLES_HI          R
 0x028     INSN_DISPATCHED    R     instructions fetch has dispatched to the module queues
+0x02C     EXTENSIONS         R     the ISA extensions the core implements (:func:`extensions_word`: bit
+                                   ``Extension.bit`` per extension; 0 for HW_VER 0.0.2 exactly)
 0x040...  counters           R     32-bit, cleared by START (see COUNTERS)
 0x0C0...  state              R     live state of tokens, queues and modules (see STATE)
 ========  =================  ====  ===========================================================
 
 Counter semantics follow fsim exactly for the names fsim defines: ``*_load_nbytes`` count
-x_size*y_size*element bytes of data moved (pads not counted), ``out_store_nbytes`` likewise,
+x_size*y_size*element bytes of data moved (pads not counted; an ACC_8BIT load counts its DRAM
+elements, BATCH*BLOCK_OUT bytes each, in ``acc_load_nbytes``), ``out_store_nbytes`` likewise,
 ``gemm_counter`` counts non-reset GEMM uop executions, ``alu_counter`` ALU uop executions; an
 instruction with x_size = 0 counts nothing. The performance counters count cycles while the core
 is BUSY: ``*_busy_cycles`` a module is executing an instruction, ``*_stall_cycles`` a module holds
@@ -47,6 +50,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from .counters import DEVICE_COUNTERS, PERF_COUNTERS
+from .isa import EXTENSIONS
 
 ID_VALUE = 0x56544102
 #: Reads of ERROR_INSN when the error names no instruction.
@@ -146,6 +150,7 @@ _REGS = [
     Register("CYCLES_LO", 0x020, "R", "cycle counter, low word"),
     Register("CYCLES_HI", 0x024, "R", "cycle counter, high word"),
     Register("INSN_DISPATCHED", 0x028, "R", "instructions dispatched by fetch"),
+    Register("EXTENSIONS", 0x02C, "R", "ISA extensions implemented (bit 0 alu_mul, bit 1 acc_8bit)"),
 ]
 
 #: The counters every device has first (fsim's names), then the performance counters. Offsets from 0x040.
@@ -183,3 +188,14 @@ def hwconfig_word(cfg) -> int:
 def describe_hwconfig(word: int) -> str:
     return (f"{1 << (word & 15)}x{1 << (word >> 4 & 15)} uop{word >> 8 & 31} inp{word >> 13 & 31} "
             f"wgt{word >> 18 & 31} acc{word >> 23 & 31} axi{8 << (word >> 28 & 15)}")
+
+
+def extensions_word(cfg) -> int:
+    """EXTENSIONS: bit ``Extension.bit`` set for every ISA extension of ``cfg``."""
+    return sum(1 << EXTENSIONS[n].bit for n in cfg.ISA_EXTENSIONS)
+
+
+def describe_extensions(word: int) -> str:
+    names = [e.name for e in EXTENSIONS.values() if word >> e.bit & 1]
+    unknown = word & ~sum(1 << e.bit for e in EXTENSIONS.values())
+    return (", ".join(names) or "no ISA extensions") + (f" and unknown bits {unknown:#x}" if unknown else "")
