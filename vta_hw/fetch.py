@@ -80,12 +80,10 @@ class Fetch(wiring.Component):
         n = Signal(range(self.chunk + 1))
         n_fresh = Signal()
         m.d.sync += [n.eq(Mux(remaining < self.chunk, remaining, self.chunk)), n_fresh.eq(1)]
-        # the buffer's room as it was a cycle ago (timing: dispatch's reads of the buffer are not on the path
-        # into the request): never less than now, since a request (which adds to `inflight`) is never
-        # followed by another in the next cycle (n_fresh), and a beat arriving moves one from `inflight` to
-        # the buffer's level
-        m.d.sync += reserved.eq(buf.level + inflight)
-        m.d.comb += [reader.cmd.payload.addr.eq(next_addr), reader.cmd.payload.count.eq(n)]
+        m.d.comb += [
+            reserved.eq(buf.level + inflight),
+            reader.cmd.payload.addr.eq(next_addr), reader.cmd.payload.count.eq(n),
+        ]
         can_issue = Signal()
         m.d.comb += can_issue.eq(n_fresh & (n != 0) & (reserved + n <= self.buffer_depth) & ~halted & ~self.halt)
         m.d.comb += reader.cmd.valid.eq(can_issue)
