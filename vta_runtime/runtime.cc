@@ -1040,7 +1040,8 @@ class DeviceConstants {
   size_t bytes_ = 0, budget_ = size_t{512} << 20;
   Queue* owner_ = nullptr;
 };
-DeviceConstants g_constants;
+// never destroyed: its tensors' deleters must not run during static destruction, after Python is gone
+DeviceConstants& g_constants = *new DeviceConstants();
 int64_t g_next_kernel_id = 1;
 
 Queue* current() {

@@ -155,12 +155,15 @@ def _make_device_constant(src):
 
 def release_device_buffers() -> None:
     """Free the device memory TVM holds for reuse: the VM's pooled ext_dev buffers (TVM's memory
-    manager keeps freed buffers; after a device change they would point into the old device) and
-    the device copies of constants."""
+    manager keeps freed buffers; after a device change they would point into the old device), the
+    device copies of constants and the ext_dev plugin's spare workspaces."""
     import tvm
     device_constants.clear()
     if native.loaded():
         native.func("ClearDeviceConstants")()
+    release = tvm.get_global_func("vta.ext_dev.ReleaseWorkspaces", allow_missing=True)
+    if release is not None:     # the ext_dev plugin's spare workspaces (the plugin is loaded on first use)
+        release()
     clear = tvm.get_global_func("vm.builtin.memory_manager.clear", allow_missing=True)
     if clear is not None:
         clear()
