@@ -94,6 +94,37 @@ def _contracts(target: tvm.target.Target) -> bool:
     return _contraction[key]
 
 
+TENSOR_COPY = "vta.runtime.TensorCopy"
+
+
+@relax.expr_functor.mutator
+class _PooledCopies(relax.PyExprMutator):
+    """``R.to_vdevice`` (a layout change's copy between the CPU and device memory) becomes a call of the
+    runtime's TensorCopy into a tensor the VM allocates: the VM's lowering of to_vdevice allocates a new
+    device tensor on every call (through Python), the VM's own allocations come from its pooled allocator,
+    so a tensor keeps its address from one inference to the next and the command-stream cache replays the
+    streams of the layers that read it."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.to_vdevice":
+            x = call.args[0]
+            ty = x.ty
+            out = relax.TensorType(ty.shape, ty.dtype, vdevice=call.attrs.dst_vdevice)
+            return relax.call_dps_packed(relax.ExternFunc(TENSOR_COPY), [x], out_ty=out)
+        return call
+
+
+def _pooled_copies():
+    @tvm.transform.module_pass(opt_level=0, name="vta.graph.PooledCopies")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        for gv, f in list(mod.functions.items()):
+            if isinstance(f, relax.Function):
+                mod[gv] = _PooledCopies().visit_expr(f)
+        return mod
+    return _pass
+
+
 def _called_targets(mod: tvm.IRModule, f: relax.Function) -> dict:
     """The targets (by their text) of the PrimFuncs that ``f`` calls."""
     found = {}
@@ -167,14 +198,15 @@ def _inline():
 
 
 def _host_pipeline(fuse: bool):
-    """TVM's default Relax build pipeline (``relax.pipeline.default_build_pipeline``), with fusion after
-    ``LegalizeOps`` if ``fuse``."""
+    """TVM's default Relax build pipeline (``relax.pipeline.default_build_pipeline``), with the copies between
+    the CPU and device memory pooled (``_PooledCopies``) and, if ``fuse``, fusion after ``LegalizeOps``."""
     from tvm.relax import backend, transform
     fusion = _fusion() if fuse else []
 
     @tvm.transform.module_pass(opt_level=0, name="vta.graph.HostPipeline")
     def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         return tvm.transform.Sequential([
+            _pooled_copies(),
             backend.DispatchSampling(),
             backend.DispatchSortScan(),
             transform.LegalizeOps(),

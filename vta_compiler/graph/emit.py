@@ -18,9 +18,6 @@ from .legalize import VtaLayer, channel_vector
 from .report import host_row, vta_row
 
 DEVICE_CONSTANT = "vta.runtime.DeviceConstant"
-#: a copy between the CPU and device memory into a tensor the VM allocates (from its pooled allocator:
-#: ``R.to_vdevice`` allocates a new device tensor each time)
-TENSOR_COPY = "vta.runtime.TensorCopy"
 
 
 def _ceil(n: int, k: int) -> int:
@@ -49,12 +46,6 @@ class Packer:
         return self.bb.emit(expr, name_hint=name) if name else self.bb.emit(expr)
 
     # ------------------------------------------------------------------ layout conversions
-    def copy_to(self, x, vdevice, name: str):
-        """``x`` copied to ``vdevice`` (the CPU or device memory)."""
-        ty = x.ty
-        out = relax.TensorType(ty.shape, ty.dtype, vdevice=vdevice)
-        return self.emit(relax.call_dps_packed(TENSOR_COPY, [x], out_ty=out), name)
-
     def devconst(self, arr: np.ndarray, name: str):
         """A constant in device memory (copied there once per device by the runtime)."""
         ty = relax.TensorType(arr.shape, str(arr.dtype), vdevice=self.vta)
@@ -77,14 +68,14 @@ class Packer:
         else:
             x = self.emit(relax.op.reshape(x, (n // b, b, cp // bl, bl)), f"{name}_split")
             x = self.emit(relax.op.permute_dims(x, [0, 2, 1, 3]), f"{name}_blocked")
-        return self.copy_to(x, self.vta, f"{name}_packed")
+        return self.emit(relax.op.to_vdevice(x, self.vta), f"{name}_packed")
 
     def unpack(self, x, shape: tuple[int, ...], name: str):
         """Packed (ext_dev) -> plain (CPU)."""
         self.layout_changes["unpacked"] += 1
         n, c = shape[:2]
         cp = _ceil(c, self.env.BLOCK_OUT)
-        x = self.copy_to(x, self.cpu, f"{name}_host")
+        x = self.emit(relax.op.to_vdevice(x, self.cpu), f"{name}_host")
         if len(shape) == 4:
             x = self.emit(relax.op.permute_dims(x, [0, 4, 1, 5, 2, 3]), f"{name}_unblocked")
             x = self.emit(relax.op.reshape(x, (n, cp) + tuple(shape[2:])), f"{name}_merged")
