@@ -1,4 +1,5 @@
-"""Sessions: tests, demo, lint, docs, bench, sweeps, tune, synth, fuzz, verilog, bitstream (see README)."""
+"""Sessions: tests, demo, lint, docs, screenshots, bench, sweeps, tune, synth, fuzz, netfuzz, verilog, bitstream
+(see README)."""
 
 import nox
 
@@ -16,8 +17,9 @@ def _install(session: nox.Session, extras: str = "test") -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The default test suite (what CI runs); it also builds the docs with quick tutorials (tests/docs)."""
-    _install(session, "test,docs")
+    """The default test suite (what CI runs); it also builds the docs with quick tutorials (tests/docs), so
+    the test extra brings the docs packages."""
+    _install(session)
     session.run("pytest", *(session.posargs or ["-q"]))
 
 
@@ -37,8 +39,17 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def docs(session: nox.Session) -> None:
     """The documentation site in build/docs/html, every tutorial run in full on fsim (and tsim where it
-    times something); then the home page and two tutorials in headless Chromium, screenshots in build/docs/."""
-    _install(session, "test,docs")
+    times something). What the build needs is checked first; Chromium is not needed (see screenshots)."""
+    _install(session)
+    session.run("python", "docs/build.py", *session.posargs)
+
+
+@nox.session
+def screenshots(session: nox.Session) -> None:
+    """The home page and two tutorials in headless Chromium (apt-get install -y chromium), screenshots in
+    build/docs/; looks for Chromium before it builds the site (as nox -s docs; an up-to-date build is reused)."""
+    _install(session)
+    session.run("python", "docs/screenshots.py", "--check")
     session.run("python", "docs/build.py", *session.posargs)
     session.run("python", "docs/screenshots.py")
 
@@ -87,6 +98,19 @@ def fuzz(session: nox.Session) -> None:
     """Differential fuzzing of fsim against tsim on random buses: ``nox -s fuzz -- N [--seed S] [--jobs J]``."""
     _install(session)
     session.run("python", "-m", "sim.fuzz", *(session.posargs or ["200"]))
+
+
+@nox.session
+def netfuzz(session: nox.Session) -> None:
+    """Random whole networks through graph.from_onnx -> quantize -> graph_pack -> build, each equal bit for bit
+    to the CPU run of its quantized module: 1,000 on fsim, then 100 on tsim (``-- N --seed S --device D`` runs
+    one batch of your own); a failing network is shrunk and saved under build/netfuzz/."""
+    _install(session)
+    if session.posargs:
+        session.run("python", "-m", "vta_compiler.testing.netfuzz", *session.posargs)
+        return
+    session.run("python", "-m", "vta_compiler.testing.netfuzz", "1000", "--seed", "1", "--device", "fsim")
+    session.run("python", "-m", "vta_compiler.testing.netfuzz", "100", "--seed", "1001", "--device", "tsim")
 
 
 @nox.session

@@ -8,6 +8,7 @@ import sys
 
 from . import (
     compiler_bench,
+    costmodel_bench,
     depthwise_bench,
     fsim_bench,
     network_bench,
@@ -20,7 +21,7 @@ from .common import write_results
 
 SECTIONS = {"fsim": fsim_bench.run, "tsim": tsim_bench.run, "compiler": compiler_bench.run,
             "operators": operators_bench.run, "network": network_bench.run, "depthwise": depthwise_bench.run,
-            "tune": tune_bench.run, "zoo": zoo_bench.run}
+            "tune": tune_bench.run, "zoo": zoo_bench.run, "costmodel": costmodel_bench.run}
 
 
 def main(argv: list[str] | None = None) -> int:

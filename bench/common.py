@@ -73,19 +73,30 @@ def peak_memory(fn) -> dict[str, int | None]:
 
 
 class TimedDevice:
-    """Wraps a device and adds the wall time spent in ``run``."""
+    """Wraps a device and adds the wall time spent in ``run`` and, for a simulator that counts its clock
+    (tsim's ``cycles()``), the cycles simulated in it: ``cycles_per_second`` is the simulator's speed."""
 
     def __init__(self, device):
         self._dev = device
         self.config = device.config
         self.run_seconds = 0.0
+        self.run_cycles = 0
 
     def run(self, insn_phys, insn_count, timeout=None):
+        clock = getattr(self._dev, "cycles", None)
+        c0 = clock() if clock else 0
         t0 = time.perf_counter()
         try:
             return self._dev.run(insn_phys, insn_count, timeout)
         finally:
             self.run_seconds += time.perf_counter() - t0
+            if clock:
+                self.run_cycles += clock() - c0
+
+    @property
+    def cycles_per_second(self) -> float | None:
+        """Simulated cycles per second of ``run`` (None for a device without a clock, or before a run)."""
+        return self.run_cycles / self.run_seconds if self.run_cycles and self.run_seconds else None
 
     def __getattr__(self, name):
         return getattr(self._dev, name)

@@ -186,9 +186,11 @@ def _run_tsim(workloads: dict, env) -> dict:
     import vta_runtime
     from sim.tsim import TsimDevice
     from vta_compiler.testing.layers import run_conv2d
+
+    from .common import TimedDevice
     out = {}
     for name, wkl in workloads.items():
-        dev = TsimDevice(env.config)
+        dev = TimedDevice(TsimDevice(env.config))
         vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
         try:
             r = run_conv2d(wkl, name=name)
@@ -200,7 +202,9 @@ def _run_tsim(workloads: dict, env) -> dict:
         cycles = r.stats.get("cycle_count")
         eff = r.macs / cycles / (env.BATCH * env.BLOCK_IN * env.BLOCK_OUT) if cycles else None
         out[name] = {"correct": r.correct, "cycles": cycles, "macs_per_cycle_over_peak": eff,
-                     "target": TARGET_TSIM_EFFICIENCY if wkl.hkernel == 3 else None}
+                     "target": TARGET_TSIM_EFFICIENCY if wkl.hkernel == 3 else None,
+                     "tsim_cycles_per_s": dev.cycles_per_second}
         print(f"tsim {name}: correct={r.correct} cycles={cycles} MACs/cycle/peak="
-              f"{'n/a' if eff is None else f'{eff:.2f}'}", flush=True)
+              f"{'n/a' if eff is None else f'{eff:.2f}'}; tsim speed {dev.cycles_per_second / 1e3:,.0f} k cycles/s",
+              flush=True)
     return out

@@ -141,25 +141,29 @@ def _run_tsim(workloads: dict, env, peak: int) -> dict:
         return {"skipped": msg}
     import vta_runtime
     from sim.tsim import TsimDevice, verilator_available
+
+    from .common import TimedDevice
     if not verilator_available():
         print("Verilator is not installed: tsim figures skipped")
         return {"skipped": "no verilator"}
     out = {}
-    dev = TsimDevice(env.config)
+    dev = TimedDevice(TsimDevice(env.config))
     vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
     try:
         for name, wkl in workloads.items():
+            c0, t0 = dev.run_cycles, dev.run_seconds
             r = _run_one(name, wkl)
+            speed = (dev.run_cycles - c0) / (dev.run_seconds - t0)
             cycles = r.stats["cycle_count"]
             eff = r.macs / cycles / peak
             target = _target(wkl)
             out[name] = {"correct": r.correct, "cycles": cycles, "macs": r.macs, "macs_per_cycle_over_peak": eff,
                          "gemm_busy_cycles": r.stats.get("gemm_busy_cycles"),
                          "alu_busy_cycles": r.stats.get("alu_busy_cycles"), "target": target,
-                         "target_met": None if target is None else eff >= target}
+                         "target_met": None if target is None else eff >= target, "tsim_cycles_per_s": speed}
             flag = "" if target is None else f" (target >= {target}: {'met' if eff >= target else 'NOT met'})"
-            print(f"tsim {name}: correct={r.correct} cycles={cycles} useful MACs/cycle/peak={eff:.3f}{flag}",
-                  flush=True)
+            print(f"tsim {name}: correct={r.correct} cycles={cycles} useful MACs/cycle/peak={eff:.3f}{flag}; "
+                  f"tsim speed {speed / 1e3:,.0f} k cycles/s", flush=True)
     finally:
         vta_runtime.set_command_queue(None)
         dev.close()

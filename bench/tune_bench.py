@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import RESULTS_DIR
+from .common import RESULTS_DIR, TimedDevice
 
 TARGET_1X1 = 0.6
 TARGET_3X3 = 0.85
@@ -103,7 +103,7 @@ def _remeasure(rows: dict, names: list[str], env) -> None:
         row = rows[name]
         if row.get("tuned_knobs") is None:
             continue
-        dev = TsimDevice(env.config)
+        dev = TimedDevice(TsimDevice(env.config))
         vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
         try:
             r = run_conv2d(row["workload"], row["tuned_tiling"], seed=0, name=name)
@@ -113,9 +113,10 @@ def _remeasure(rows: dict, names: list[str], env) -> None:
         row["remeasured_cycles"] = r.stats["cycle_count"]
         row["remeasured_correct"] = r.correct
         row["reproduced"] = r.correct and r.stats["cycle_count"] == row["tuned_cycles"]
+        row["tsim_cycles_per_s"] = dev.cycles_per_second
         print(f"  {name}: tuned tiling again on tsim: {r.stats['cycle_count']:,} cycles, correct={r.correct} -> "
-              f"{'reproduces the record' if row['reproduced'] else 'DIFFERS from the record (stale records?)'}",
-              flush=True)
+              f"{'reproduces the record' if row['reproduced'] else 'DIFFERS from the record (stale records?)'}; "
+              f"tsim speed {dev.cycles_per_second / 1e3:,.0f} k cycles/s", flush=True)
 
 
 def _time_servers(env) -> dict:

@@ -1,6 +1,7 @@
 """The bitstream flow behind ``nox -s bitstream -- [--board pynq-z1|pynq-z2|ultra96|zcu104|de10-nano]
-[--config PATH]``. The Xilinx boards' flow is here; the DE10-Nano's (Quartus) is ``boards.quartus``,
-with the same steps and files.
+[--config PATH]``: the same steps for every board, each done by the board's vendor flow (one object per
+vendor: ``boards.vivado.VIVADO`` for the Xilinx boards, ``boards.quartus.QUARTUS`` for the DE10-Nano), with
+the same files.
 
 Writes ``build/<board>/<bitstream-name>/``:
 
@@ -21,34 +22,30 @@ toolchain places and routes Zynq parts.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-from vta_hw import timing
 from vta_hw.spec import Config, ConfigError, load_config
-from vta_hw.synth import run_yosys, summarise
-from vta_hw.verilog import strip_zero_init
 
-from . import quartus
+from . import quartus, vivado
 from .platforms import BOARDS, Board, board_for
-from .quartus import FlowError
-from .zynq import TOPS
+from .toolflow import FlowError, ToolFlow
+from .vivado import fit_report  # noqa: F401  (the Xilinx utilization report, for tests and scripts)
 
 BUILD_ROOT = Path(__file__).resolve().parent.parent / "build"
-TOP_NAME = "vta_top"
-FAMILY_OF = {"zynq7": "xc7", "zynqmp": "xcup"}
-#: PS address of the GP master port window each family uses for the register file
-GP_WINDOW = {"zynq7": (0x4000_0000, 0x7FFF_FFFF), "zynqmp": (0xA000_0000, 0xAFFF_FFFF)}
-MEMORY_PORT = {"zynq7": "S_AXI_ACP (coherent, 64-bit AXI3)", "zynqmp": "S_AXI_HPC0_FPD (coherent, 128-bit AXI4)"}
+#: the vendor flows, by the boards' ``flow`` field
+FLOWS: dict[str, ToolFlow] = {"vivado": vivado.VIVADO, "quartus": quartus.QUARTUS}
+
+__all__ = ["BUILD_ROOT", "FLOWS", "FlowError", "fit_report", "flow_of", "main", "make_plan", "plan_dir",
+           "utilization"]
 
 
 def _say(msg: str) -> None:
     print(msg, flush=True)
+
+
+def flow_of(board: Board) -> ToolFlow:
+    return FLOWS[board.flow]
 
 
 def plan_dir(board: Board, cfg: Config, root: Path = BUILD_ROOT) -> Path:
@@ -56,108 +53,16 @@ def plan_dir(board: Board, cfg: Config, root: Path = BUILD_ROOT) -> Path:
 
 
 def make_plan(board: Board, cfg: Config, out: Path, progress=_say) -> dict:
-    """Elaborate the board top and write the Vivado plan; returns the plan description."""
+    """Elaborate the board top and write the vendor tool's plan; returns the plan description."""
     cfg = board.config_for(cfg)
     if cfg.fpga_device != board.part:
         raise FlowError(f"the configuration's part {cfg.fpga_device} is not the {board.name}'s part {board.part}")
-    if board.family == "cyclonev":
-        return quartus.make_plan(board, cfg, out, progress)
-    window = GP_WINDOW[board.family]
-    if not window[0] <= cfg.fetch_base_addr <= window[1]:
-        raise FlowError(f"register window {cfg.fetch_base_addr:#x} is outside the PS's GP port window "
-                        f"{window[0]:#x}-{window[1]:#x}")
-    t0 = time.perf_counter()
-    progress(f"[bitstream] {board.name}: elaborating {cfg.MODEL} for {board.part} at {cfg.fpga_freq} MHz")
-    platform = board.platform()
-    top = TOPS[board.family](cfg)
-    plan = platform.build(top, name=TOP_NAME, do_build=False)
-    for name in (f"{TOP_NAME}.v", f"{TOP_NAME}.debug.v"):   # megabytes of all-zero memory initialisers
-        if name in plan.files:
-            plan.files[name] = strip_zero_init(plan.files[name])
-    vivado = out / "vivado"
-    if vivado.exists():
-        shutil.rmtree(vivado)
-    plan.extract(vivado)
-    with open(out / f"{cfg.BITSTREAM}_plan.zip", "wb") as f:
-        plan.archive(f)
-    progress(f"[bitstream] {board.name}: plan written to {vivado} ({time.perf_counter() - t0:.1f} s)")
-    desc = {
-        "board": board.name, "part": board.part, "family": board.family, "clock_mhz": cfg.fpga_freq,
-        "model": cfg.MODEL, "bitstream": cfg.BITSTREAM, "config": cfg.cfg_dict,
-        "register_window": f"{cfg.fetch_base_addr:#010x}", "register_window_bytes": cfg.ip_reg_map_range,
-        "memory_port": MEMORY_PORT[board.family], "axi_data_bits": cfg.AXI_DATA_BITS,
-        "top": TOP_NAME, "verilog": f"vivado/{TOP_NAME}.v", "constraints": f"vivado/{TOP_NAME}.xdc",
-        "vivado_script": f"vivado/build_{TOP_NAME}.sh",
-    }
-    (out / "plan.json").write_text(json.dumps(desc, indent=2) + "\n")
-    return desc
-
-
-def fit_report(board: Board, cells: dict[str, int]) -> tuple[dict, str, list[str]]:
-    """(summary, report text, resources over capacity) of synthesised cells on the board's device."""
-    dev = board.capacity
-    s = summarise(cells, dev)
-    rows = [("LUT", s["luts"], dev.luts), ("FF", s["ffs"], dev.ffs), ("BRAM36", s["bram36"], dev.bram36),
-            (dev.dsp_cell, s["dsps"], dev.dsps)]
-    text = [f"yosys synth_xilinx estimate for {board.name} ({dev.name}), processing system as a black box:",
-            f"{'resource':<10} {'used':>10} {'available':>10} {'use':>6}"]
-    over = []
-    for name, used, cap in rows:
-        text.append(f"{name:<10} {used:>10,.0f} {cap:>10,} {100 * used / cap:>5.0f}%")
-        if used > cap:
-            over.append(f"{name} {used:,.0f} > {cap:,}")
-    return s, "\n".join(text) + "\n", over
+    return flow_of(board).make_plan(board, cfg, out, progress)
 
 
 def utilization(board: Board, out: Path, progress=_say) -> dict:
-    """yosys estimate of the whole top (PS black box) against the device; raises FlowError if it does not fit."""
-    if board.family == "cyclonev":
-        return quartus.utilization(board, out, progress)
-    family = FAMILY_OF[board.family]
-    dev = board.capacity
-    cells = run_yosys(out / "vivado" / f"{TOP_NAME}.v", family, out / "yosys", progress, top=TOP_NAME, netlist=True)
-    s, report, over = fit_report(board, cells)
-    clock_mhz = json.loads((out / "plan.json").read_text())["clock_mhz"]
-    rep = timing.analyse(out / "yosys" / f"netlist_{family}.json", family, top=TOP_NAME)
-    timing_text = timing.format_report(rep, 1000 / clock_mhz, n=8)
-    (out / "utilization.txt").write_text(report)
-    (out / "timing.txt").write_text(timing_text + "\n")
-    (out / "utilization.json").write_text(json.dumps({"cells": cells, "summary": s, "clock_mhz": clock_mhz,
-                                                      "timing": rep.to_json()}, indent=2) + "\n")
-    progress(report.rstrip())
-    progress(timing_text)
-    if over:
-        raise FlowError(f"the design does not fit {dev.name}: {'; '.join(over)} (see {out / 'utilization.txt'})")
-    return s
-
-
-def find_vivado() -> str | None:
-    return os.environ.get("VIVADO") or shutil.which("vivado")
-
-
-def run_vivado(out: Path, vivado: str, progress=_say) -> Path:
-    script = out / "vivado" / f"build_{TOP_NAME}.sh"
-    env = dict(os.environ, VIVADO=vivado)
-    progress(f"[bitstream] running Vivado ({script}); this takes tens of minutes")
-    res = subprocess.run(["sh", script.name], cwd=script.parent, env=env)
-    bit = script.parent / f"{TOP_NAME}.bit"
-    if res.returncode or not bit.exists():
-        raise FlowError(f"Vivado failed (exit {res.returncode}); see the logs in {script.parent}")
-    dest = out / f"{load_config(json.loads((out / 'plan.json').read_text())['config']).BITSTREAM}.bit"
-    shutil.copyfile(bit, dest)
-    return dest
-
-
-def instructions(out: Path, board: Board, cfg: Config) -> str:
-    zip_name = f"{cfg.BITSTREAM}_plan.zip"
-    return (f"Vivado was not found (set $VIVADO or put vivado on PATH). On a machine with Vivado:\n"
-            f"  1. copy {out / zip_name} there and unzip it into an empty directory\n"
-            f"  2. run `sh build_{TOP_NAME}.sh` in that directory (non-project flow: synthesis, place, route, "
-            f"bitstream for {board.part})\n"
-            f"  3. copy {TOP_NAME}.bit back to this machine as {out / (cfg.BITSTREAM + '.bit')}\n"
-            f"  4. install it into the bitstream cache: vta-bitstream install {out / (cfg.BITSTREAM + '.bit')}\n"
-            f"  5. on the board: python -m vta_compiler.exec.rpc_server --host 0.0.0.0, then from the host\n"
-            f"     vta.program_fpga(remote) and vta.reconfig_runtime(remote) (see README, 'Boards')")
+    """The yosys estimate of the whole top against the part; raises FlowError if it does not fit."""
+    return flow_of(board).utilization(board, out, progress)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,14 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         make_plan(board, cfg, out)
         if not args.skip_utilization:
             utilization(board, out)
-        if board.family == "cyclonev":
-            quartus_sh = quartus.find_quartus()
-            _say(f"[bitstream] bitstream: {quartus.run_quartus(out, quartus_sh, _say)}" if quartus_sh
-                 else quartus.instructions(out, board, cfg))
-        elif vivado := find_vivado():
-            _say(f"[bitstream] bitstream: {run_vivado(out, vivado)}")
-        else:
-            _say(instructions(out, board, cfg))
+        tools = flow_of(board)
+        tool = tools.find_tool()
+        _say(f"[bitstream] bitstream: {tools.run(out, tool, _say)}" if tool else tools.instructions(out, board, cfg))
     except (ConfigError, FlowError) as exc:
         print(f"bitstream: error: {exc}", file=sys.stderr)
         return 2

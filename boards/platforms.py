@@ -64,6 +64,7 @@ class Board:
     family: str          # "zynq7", "zynqmp" or "cyclonev"
     part: str
     capacity: Device | None = None   # Xilinx parts: what the yosys estimate is checked against
+    flow: str = "vivado"             # the vendor's bitstream flow (boards.flow.FLOWS): "vivado" or "quartus"
 
     def config_for(self, cfg: Config) -> Config:
         """The config to build for this board: sim/tsim configs take the board's TARGET; a board
@@ -81,7 +82,7 @@ BOARDS = {
     "pynq-z2": Board("pynq-z2", PynqZ2Platform, "pynq", "zynq7", "xc7z020clg400-1", DEVICES["xc7"]),
     "ultra96": Board("ultra96", Ultra96V2Platform, "ultra96", "zynqmp", "xczu3eg-sbva484-1-i", DEVICES["xcup"]),
     "zcu104": Board("zcu104", ZCU104Platform, "zcu104", "zynqmp", "xczu7ev-ffvc1156-2-e", XCZU7EV),
-    "de10-nano": Board("de10-nano", De10NanoVtaPlatform, "de10nano", "cyclonev", "5CSEBA6U23I7"),
+    "de10-nano": Board("de10-nano", De10NanoVtaPlatform, "de10nano", "cyclonev", "5CSEBA6U23I7", flow="quartus"),
 }
 DEFAULT_BOARD = {"sim": "pynq-z1", "tsim": "pynq-z1", "pynq": "pynq-z1", "ultra96": "ultra96", "zcu104": "zcu104",
                  "de10nano": "de10-nano"}

@@ -34,13 +34,10 @@ from vta_hw.synth import parse_stat
 from vta_hw.verilog import strip_zero_init
 
 from .cyclonev import ACP_WINDOW_BASE, LW_BRIDGE_BASE, LW_BRIDGE_BYTES, CycloneVTop, hps_blackboxes
+from .toolflow import FlowError, ToolFlow
 
 TOP_NAME = "vta_top"
 SYNTH_CMD = "synth_intel_alm -family cyclonev"
-
-
-class FlowError(RuntimeError):
-    """The flow cannot go on; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -217,4 +214,31 @@ def instructions(out: Path, board, cfg: Config) -> str:
             f"  4. install it into the bitstream cache: vta-bitstream install {rbf}\n"
             f"  5. on the board (MSEL switches 01010: FPP x32, compressed): python -m vta_compiler.exec.rpc_server "
             f"--host 0.0.0.0, then from the host vta.program_fpga(remote) and vta.reconfig_runtime(remote) "
-            f"(see README, 'Boards')")
+            f"(see README, 'Boards').\n"
+            f"     WARNING: TVM's RPC has no authentication and accepts uploads and native modules: anyone who\n"
+            f"     reaches that port runs code on the board (as root). Use --host 0.0.0.0 only on a private link\n"
+            f"     (the board cabled to the host) or a private network behind the tracker; otherwise keep the\n"
+            f"     default 127.0.0.1 and connect through an SSH tunnel: ssh -L 9091:localhost:9091 <board>")
+
+
+class Quartus(ToolFlow):
+    """Intel: Quartus Prime (Lite), quartus_map to quartus_cpf."""
+    name = "Quartus"
+
+    def make_plan(self, board, cfg, out, progress):
+        return make_plan(board, cfg, out, progress)
+
+    def utilization(self, board, out, progress):
+        return utilization(board, out, progress)
+
+    def find_tool(self):
+        return find_quartus()
+
+    def run(self, out, tool, progress):
+        return run_quartus(out, tool, progress)
+
+    def instructions(self, out, board, cfg):
+        return instructions(out, board, cfg)
+
+
+QUARTUS = Quartus()

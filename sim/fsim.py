@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from vta_hw.spec import DEVICE_COUNTERS, TOKEN_QUEUES, Config, Stage, load_config
+from vta_hw.spec import DEVICE_COUNTERS, TOKEN_QUEUES, Config, Opcode, Stage, load_config
 from vta_runtime.diagnose import Program as _Program
 from vta_runtime.diagnose import check_stream, remaining_after, state_report, unbalanced_error
 from vta_runtime.errors import (
@@ -100,12 +100,17 @@ class FsimDevice(SimulatedMemoryDevice):
         status, report = self.engine.run(p.words, timeout)
         if status != native.OK:
             self._raise(p, status, report, timeout)
-        if report[3:6] == [p.n] * 3 and not any(report[6:10]):   # every module done, no tokens left
+        # every module done, no tokens left, and nothing after the FINISH that ran (the last instruction)
+        if report[3:6] == [p.n] * 3 and not any(report[6:10]) and self._is_finish(p.words[-1]):
             return
         queues, tokens = self._progress(p, report)
         err = unbalanced_error(self.isa, p, queues, tokens)
         if err is not None:
             raise err
+
+    def _is_finish(self, word: np.ndarray) -> bool:
+        f = self.isa.mem["opcode"]
+        return (int(word[f.word]) >> (f.lsb % 64)) & ((1 << f.width) - 1) == Opcode.FINISH
 
     def _exec_one(self, p: _Program, i: int) -> None:
         """Execute instruction ``i`` alone (for schedulers of its own, such as the tests' racy fsim)."""

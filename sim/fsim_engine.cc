@@ -663,17 +663,66 @@ struct Engine {
   }
 #endif
 
+  // The uops of a GEMM or ALU loop in program order up to the first one with an index past its
+  // buffer, which fills the report: the core runs (and counts) the uops before it, then stops.
+  // Only for loops whose largest index passes a buffer, so the plain code, one uop at a time.
+  Status run_until_bad(const uint64_t* w, const Loops& l, bool is_gemm, int64_t* report) {
+    const bool reset = is_gemm && get(w, F_RESET);
+    const bool use_imm = !is_gemm && get(w, F_USE_IMM);
+    const int32_t imm = static_cast<int32_t>(get_signed(w, F_IMM));
+    const uint64_t opcode = is_gemm ? 0 : get(w, F_ALU_OPCODE);
+    const int64_t lanes = acc_lanes();
+    for (int64_t o = 0; o < l.iter_out; ++o)
+      for (int64_t i = 0; i < l.iter_in; ++i)
+        for (int64_t k = 0; k < l.nuops; ++k) {
+          const int64_t d = o * l.dst_out + i * l.dst_in + u_dst[k];
+          const int64_t s = o * l.src_out + i * l.src_in + u_src[k];
+          const int64_t g = o * l.wgt_out + i * l.wgt_in + u_wgt[k];
+          // the core's order: dst, then src and wgt where the operation reads them
+          const bool ok = within(d, p.acc_depth, is_gemm ? GEMM_DST : ALU_DST, report) &&
+                          (is_gemm ? reset || (within(s, p.inp_depth, GEMM_SRC, report) &&
+                                               within(g, p.wgt_depth, GEMM_WGT, report))
+                                   : use_imm || within(s, p.acc_depth, ALU_SRC, report));
+          if (!ok) return ST_SRAM_INDEX;
+          int32_t* a = acc + d * lanes;
+          if (reset) {
+            std::memset(a, 0, lanes * sizeof(int32_t));
+          } else if (is_gemm) {
+            const uint32_t one = static_cast<uint32_t>(k);
+            gemm_group_generic(a, inp + (s - u_src[k]) * inp_lanes(), wgt + (g - u_wgt[k]) * wgt_lanes(), &one, 1);
+            write_out(d);
+            count(C_GEMM, 1);
+          } else {
+            auto row = [&](auto op) {
+              use_imm ? alu_row<true>(a, out + d * lanes, nullptr, lanes, imm, op)
+                      : alu_row<false>(a, out + d * lanes, acc + s * lanes, lanes, imm, op);
+            };
+            switch (opcode) {
+              case ALU_MIN: row(AluMin{}); break;
+              case ALU_MAX: row(AluMax{}); break;
+              case ALU_ADD: row(AluAdd{}); break;
+              default: row(AluShr{static_cast<int32_t>(p.shift_bits)});
+            }
+            count(C_ALU, 1);
+          }
+          tick(1);
+        }
+    return ST_INTERNAL;   // unreachable: the caller saw an index past a buffer
+  }
+
   Status gemm(const uint64_t* w, int64_t* report) {
     Loops l = loops(w, true);
     if (l.empty()) return ST_OK;
-    if (!within(top(u_dst, l, l.dst_out, l.dst_in), p.acc_depth, GEMM_DST, report)) return ST_SRAM_INDEX;
+    const bool reset = get(w, F_RESET) != 0;
+    if (top(u_dst, l, l.dst_out, l.dst_in) >= p.acc_depth ||
+        (!reset && (top(u_src, l, l.src_out, l.src_in) >= p.inp_depth ||
+                    top(u_wgt, l, l.wgt_out, l.wgt_in) >= p.wgt_depth)))
+      return run_until_bad(w, l, true, report);
     const int64_t lanes = acc_lanes();
-    if (get(w, F_RESET)) {   // zero the accumulators; OUT keeps its value
+    if (reset) {   // zero the accumulators; OUT keeps its value
       lanes == 16 ? reset_rows<16>(l) : reset_rows<0>(l);
       return ST_OK;
     }
-    if (!within(top(u_src, l, l.src_out, l.src_in), p.inp_depth, GEMM_SRC, report)) return ST_SRAM_INDEX;
-    if (!within(top(u_wgt, l, l.wgt_out, l.wgt_in), p.wgt_depth, GEMM_WGT, report)) return ST_SRAM_INDEX;
     count(C_GEMM, l.nuops * l.iter_out * l.iter_in);
 #if defined(__AVX2__)
     const bool fast = !generic_gemm && avx2_shape(p);
@@ -978,10 +1027,10 @@ struct Engine {
   Status alu(const uint64_t* w, int64_t* report) {
     Loops l = loops(w, false);
     if (l.empty()) return ST_OK;
-    if (!within(top(u_dst, l, l.dst_out, l.dst_in), p.acc_depth, ALU_DST, report)) return ST_SRAM_INDEX;
     const bool use_imm = get(w, F_USE_IMM) != 0;
-    if (!use_imm && !within(top(u_src, l, l.src_out, l.src_in), p.acc_depth, ALU_SRC, report))
-      return ST_SRAM_INDEX;
+    if (top(u_dst, l, l.dst_out, l.dst_in) >= p.acc_depth ||
+        (!use_imm && top(u_src, l, l.src_out, l.src_in) >= p.acc_depth))
+      return run_until_bad(w, l, false, report);
     count(C_ALU, l.nuops * l.iter_out * l.iter_in);
     const int32_t imm = static_cast<int32_t>(get_signed(w, F_IMM));
     switch (get(w, F_ALU_OPCODE)) {
@@ -1209,18 +1258,28 @@ struct Engine {
   }
 
   // ------------------------------------------------------------ the three modules
-  // As fsim always did: the load module runs as far as its tokens allow, then compute, then
-  // store, round and round until FINISH; a round in which nothing runs is a deadlock.
+  // The load module runs as far as its tokens allow, then compute, then store, round and round
+  // until a round in which nothing runs. As in the core, fetch dispatches nothing after the first
+  // FINISH, and FINISH stops compute only: load and store go on with what they were given. The
+  // run then ends: ST_OK if FINISH ran (the caller checks that nothing is left, as the core's
+  // supervisor does), else a deadlock.
   Status run(const uint64_t* words, int64_t n, int64_t* report) {
     std::vector<int64_t> queue[kStages];
+    size_t dispatched[kStages] = {0, 0, 0};   // queue entries up to the first FINISH
+    bool before_finish = true;
     for (int64_t i = 0; i < n; ++i) {
-      int s = stage_of(words + 2 * i);
-      if (s < 0) {   // fsim_check refuses such streams
+      const uint64_t* w = words + 2 * i;
+      int s = stage_of(w);
+      if (s < 0 && before_finish) {   // fsim_check refuses such streams
         report[0] = i;
         return ST_INTERNAL;
       }
+      if (s < 0) continue;   // after FINISH: never dispatched, never checked
       queue[s].push_back(i);
+      if (before_finish) dispatched[s] = queue[s].size();
+      before_finish = before_finish && get(w, F_OPCODE) != OP_FINISH;
     }
+    bool finished = false;
     size_t head[kStages] = {0, 0, 0};
     int64_t tokens[kQueues] = {0, 0, 0, 0};
     const FieldId flags[kFlags] = {F_POP_PREV, F_POP_NEXT, F_PUSH_PREV, F_PUSH_NEXT};
@@ -1235,7 +1294,7 @@ struct Engine {
       for (;;) {
         bool progressed = false;
         for (int s = 0; s < kStages; ++s) {
-          while (head[s] < queue[s].size()) {
+          while (head[s] < dispatched[s]) {
             current = queue[s][head[s]];
             const uint64_t* w = words + 2 * current;
             bool ready = true;
@@ -1262,10 +1321,7 @@ struct Engine {
             }
             head[s] += ran;
             progressed = true;
-            if (get(w, F_OPCODE) == OP_FINISH) {
-              fill(current);
-              return ST_OK;
-            }
+            finished = finished || get(w, F_OPCODE) == OP_FINISH;
             if (has_deadline && Clock::now() > deadline) {
               fill(current);
               return ST_TIMEOUT;
@@ -1274,7 +1330,7 @@ struct Engine {
         }
         if (!progressed) {
           fill(-1);
-          return ST_DEADLOCK;
+          return finished ? ST_OK : ST_DEADLOCK;
         }
       }
     } catch (const Timeout&) {   // inside instruction `current`, which stays current
@@ -1355,17 +1411,17 @@ int64_t fsim_check(void* h, const uint64_t* words, int64_t n, const int64_t* sta
   const uint64_t hash = Engine::key_hash(words, n, starts, sizes, nalloc);
   if (e->checked_before(hash, words, n, starts, sizes, nalloc)) return -1;
   bool finish = false;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n && !finish; ++i) {   // nothing after the first FINISH is dispatched
     const uint64_t* w = words + 2 * i;
     if (e->bad(w, starts, sizes, nalloc)) return i;
-    finish = finish || e->get(w, F_OPCODE) == OP_FINISH;
+    finish = e->get(w, F_OPCODE) == OP_FINISH;
   }
   if (!finish) return n;
   e->remember_checked(hash, words, n, starts, sizes, nalloc);
   return -1;
 }
 
-// Run a checked stream until FINISH. Returns a Status; report as described above.
+// Run a checked stream until no module can go on. Returns a Status; report as described above.
 int32_t fsim_run(void* h, const uint64_t* words, int64_t n, double timeout_s, int64_t* report) {
   auto* e = static_cast<Engine*>(h);
   e->begin(timeout_s);

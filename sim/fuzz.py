@@ -4,7 +4,13 @@
 random programs, each on a fresh fsim and a fresh tsim device with the same DRAM contents, and
 compares every output byte, the fsim counters both devices define, and the outcome (a tenth of the
 cases have one instruction replaced by an illegal one: both devices must refuse it with the same
-error class and instruction index). tsim's bus checker must see no AXI violation. Program k uses
+error class and instruction index; about another tenth has a GEMM or ALU whose loop runs an index past
+its buffer after some uops in range: both must stop at the same instruction with the same first
+failing index, and the same counters of the compute module, the uops before it included). Some
+programs end without a token sync (FINISH while load and store still have work), a fifth use
+sparse inputs (only 1-7 pairs of input channels non-zero: fsim's sparse GEMM kernel), and some run
+twice on the same device at the same address, the stream changed in between or not (fsim's
+memory of checked streams). tsim's bus checker must see no AXI violation. Program k uses
 seed S+k and config k mod (number of configs); the seed also draws tsim's bus (random
 back-pressure per channel, read/write latencies, read reordering, early W beats: see
 ``sim.tsim.BusModel.random``), so a case's result does not depend on J, the number of worker
@@ -25,6 +31,7 @@ copies through OUT) so that all 32 bits of every accumulator are compared.
 from __future__ import annotations
 
 import argparse
+import collections
 import multiprocessing
 import os
 import random
@@ -37,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from vta_hw.spec import DEVICE_COUNTERS, AluOp, MemType, Opcode, Stage, load_config
-from vta_runtime.errors import ProgramError
+from vta_runtime.errors import ProgramError, SramIndexError
 from vta_runtime.insn_queue import InsnQueue
 
 L, C, S = Stage.LOAD, Stage.COMPUTE, Stage.STORE
@@ -64,6 +71,7 @@ class Program:
     illegal_at: int | None = None
     notes: list[str] = field(default_factory=list)
     tsim_cycles: int | None = None              # set by run_case
+    rerun: bytes | None = None                  # a changed stream run next at the same address, or None
 
 
 class _Gen:
@@ -83,7 +91,16 @@ class _Gen:
         self.buffers = []
         nprng = np.random.default_rng(rnd.randrange(1 << 30))
         self.inp_n, self.wgt_n, self.acc_n = 256 * k, 64 * (2 if self.big else 1), 256 * k
-        self.inp_buf = self._buffer(nprng.integers(-128, 128, (self.inp_n, lanes_in), dtype=np.int8))
+        inp = nprng.integers(-128, 128, (self.inp_n, cfg.BATCH, cfg.BLOCK_IN), dtype=np.int8)
+        self.sparse = rnd.random() < 0.2
+        if self.sparse:   # only 1-7 pairs of input channels non-zero (fsim's sparse GEMM kernel)
+            pairs = cfg.BLOCK_IN // 2
+            active = rnd.sample(range(pairs), rnd.randrange(1, min(7, pairs - 1) + 1)) if pairs > 1 else [0]
+            keep = np.zeros(cfg.BLOCK_IN, bool)
+            for a in active:
+                keep[2 * a:2 * a + 2] = True
+            inp[:, :, ~keep] = 0
+        self.inp_buf = self._buffer(inp.reshape(self.inp_n, lanes_in))
         self.wgt_buf = self._buffer(nprng.integers(-128, 128, (self.wgt_n, cfg.BLOCK_OUT * cfg.BLOCK_IN),
                                                    dtype=np.int8))
         acc = nprng.integers(-2**31, 2**31, (self.acc_n, lanes_out), dtype=np.int64)
@@ -288,6 +305,54 @@ class _Gen:
             f = {"dst": (fo, fi), "src": sf, "wgt": (0, 0)}
             self.alu(use_imm=use_imm, kernel=(slot, slot + nu, io, ii, f, idx))
 
+    def bad_loop(self) -> bool:
+        """A GEMM or ALU whose loop runs an index past its buffer (not the region: the SRAM's depth)
+        after some uops that are in range; the loop's largest index is usually past its first bad one."""
+        r, cfg = self.rnd, self.cfg
+        k = self._kernel(alu=r.random() < 0.5)
+        if k is None or k[0] == k[1]:
+            return False
+        bgn, end, _, _, _, _ = k
+        uops = [self.uop_sram[j] for j in range(bgn, end)]
+        alu = r.random() < 0.5
+        reset = not alu and r.random() < 0.2
+        use_imm = alu and r.random() < 0.5
+        names = ["dst"] + ([] if reset or use_imm else ["src"]) + ([] if alu or reset else ["wgt"])
+        over = r.choice(names)
+        depth = {"dst": cfg.ACC_BUFF_DEPTH, "src": cfg.ACC_BUFF_DEPTH if alu else cfg.INP_BUFF_DEPTH,
+                 "wgt": cfg.WGT_BUFF_DEPTH}
+        outer = r.random() < 0.5   # the loop that runs past the buffer: the outer one or the inner one
+        it_out, it_in = (r.randrange(2, 5), r.randrange(1, 9)) if outer else (r.randrange(1, 3), r.randrange(2, 200))
+        f = {}
+        for name, col in (("dst", 0), ("src", 1), ("wgt", 2)):
+            top = max(u[col] for u in uops)
+            if name != over:   # in range
+                fi = r.randrange(0, 2) if top + it_in - 1 < depth[name] else 0
+                f[name] = (0, fi)
+                continue
+            width = (self.isa.alu if alu else self.isa.gemm)[f"{name}_factor_out"].width
+            n_over, n_other = (it_out, it_in) if outer else (it_in, it_out)
+            small = r.randrange(0, 3)
+            need = -(-(depth[name] - top - small * (n_other - 1)) // (n_over - 1))
+            big = min(max(need, 1) + r.randrange(0, 40), (1 << width) - 1)
+            if big < need:
+                return False
+            f[name] = (big, small) if outer else (small, big)
+        fields = {"uop_bgn": bgn, "uop_end": end, "iter_out": it_out, "iter_in": it_in,
+                  "dst_factor_out": f["dst"][0], "dst_factor_in": f["dst"][1],
+                  "src_factor_out": f["src"][0], "src_factor_in": f["src"][1]}
+        if alu:
+            fields.update(opcode=Opcode.ALU, alu_opcode=int(r.choice([AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR])),
+                          use_imm=int(use_imm), imm=r.randrange(-40, 40))
+        else:
+            fields.update(opcode=Opcode.GEMM, reset_reg=int(reset), wgt_factor_out=f["wgt"][0],
+                          wgt_factor_in=f["wgt"][1])
+        if not reset and not use_imm and (self.l_dirty and not alu):
+            self.sync(L, C)
+            self.l_dirty.clear()
+        self.q.create(C, fields)
+        return True
+
     def _writes_out(self, dsts: set[int]) -> None:
         if dsts & self.s_read:
             self.sync(S, C)
@@ -352,11 +417,15 @@ class _Gen:
                        y_size=1, x_size=n, x_stride=n)
             self.s_read |= set(range(n))
 
-    def build(self, n_ops: int) -> tuple[bytes, list[tuple[int, int]]]:
+    def build(self, n_ops: int, bad_loop: bool = False) -> tuple[bytes, list[tuple[int, int]]]:
         r = self.rnd
         ops = ["inp", "wgt", "acc", "uop", "gemm", "gemm", "alu", "alu", "epilogue", "store", "sync"]
         self.prologue()
-        for _ in range(n_ops):
+        bad_at = r.randrange(0, n_ops) if bad_loop else -1
+        self.bad_loop_made = False
+        for step in range(n_ops):
+            if step == bad_at:
+                self.bad_loop_made = self.bad_loop()
             op = r.choice(ops)
             if op in ("inp", "wgt", "acc", "uop"):
                 self.load(op)
@@ -374,12 +443,20 @@ class _Gen:
         self.dump = None
         if r.random() < 0.4:
             self.dump_acc()
-        # close like the runtime's synchronize
-        self.q.dep_push(S, C)
-        self.q.dep_push(L, C)
-        self.q.dep_pop(S, C)
-        self.q.dep_pop(L, C)
-        self.q.commit_pending_pop(C)
+        self.synced_end = r.random() < 0.7
+        if self.synced_end:   # close like the runtime's synchronize
+            self.q.dep_push(S, C)
+            self.q.dep_push(L, C)
+            self.q.dep_pop(S, C)
+            self.q.dep_pop(L, C)
+            self.q.commit_pending_pop(C)
+        else:                 # end without a sync: load and store may still have work when FINISH runs
+            if r.random() < 0.5:
+                self.store()
+            if r.random() < 0.5:
+                self.load(r.choice(["inp", "wgt"]))
+            for stage in (L, C, S):
+                self.q.commit_pending_pop(stage)
         self.q.create(C, {"opcode": Opcode.FINISH})
         insns = self.q.encode()
         outputs = [(self.out_phys, self.out_n * self.cfg.OUT_ELEM_BYTES)]
@@ -402,37 +479,79 @@ def _illegal_word(isa, cfg, rnd):
     return rnd.choice(choices)()
 
 
+def _with_word(insns: bytes, k: int, word: int) -> bytes:
+    b = bytearray(insns)
+    b[16 * k:16 * k + 16] = word.to_bytes(16, "little")
+    return bytes(b)
+
+
+def _changed_stream(cfg, insns: bytes, rnd: random.Random) -> tuple[bytes, str]:
+    """The stream for a second run at the same address (fsim remembers streams it checked): the
+    same, an ALU's immediate or opcode changed (still legal), or one instruction made illegal."""
+    isa = cfg.isa
+    words = [int.from_bytes(insns[k:k + 16], "little") for k in range(0, len(insns), 16)]
+    alus = [k for k, w in enumerate(words) if isa.alu.decode(w)["opcode"] == Opcode.ALU]
+    kind = rnd.choice(["same", "alu", "alu", "illegal"])
+    if kind == "alu" and alus:
+        k = rnd.choice(alus)
+        fields = isa.alu.decode(words[k])
+        fields.update(imm=rnd.randrange(-40, 40), alu_opcode=int(rnd.choice([AluOp.MIN, AluOp.MAX, AluOp.ADD,
+                                                                              AluOp.SHR])))
+        return _with_word(insns, k, isa.alu.encode(**fields)), f"ALU {k} changed"
+    if kind == "illegal":
+        k = rnd.randrange(0, len(words) - 1)
+        return _with_word(insns, k, _illegal_word(isa, cfg, rnd)), f"instruction {k} made illegal"
+    return insns, "the same"
+
+
 def make_program(cfg_name: str, seed: int, alloc) -> Program:
     cfg = load_config(configs()[cfg_name])
     rnd = random.Random(seed)
     g = _Gen(cfg, rnd, alloc)
-    insns, outputs = g.build(rnd.randrange(5, 120))
+    illegal = rnd.random() < 0.1
+    insns, outputs = g.build(rnd.randrange(5, 120), bad_loop=not illegal and rnd.random() < 0.1)
     prog = Program(cfg_name, seed, insns, g.buffers, outputs)
-    if rnd.random() < 0.1:
+    prog.notes += [note for note, on in (("sparse inputs", g.sparse), ("no sync at the end", not g.synced_end),
+                                         ("a loop past a buffer", g.bad_loop_made)) if on]
+    if illegal:
         n = len(insns) // 16
         k = rnd.randrange(0, n - 1)
-        word = _illegal_word(cfg.isa, cfg, rnd)
-        b = bytearray(insns)
-        b[16 * k:16 * k + 16] = word.to_bytes(16, "little")
-        prog.insns = bytes(b)
+        prog.insns = _with_word(insns, k, _illegal_word(cfg.isa, cfg, rnd))
         prog.illegal_at = k
+    elif not g.bad_loop_made and rnd.random() < 0.15:
+        prog.rerun, how = _changed_stream(cfg, insns, rnd)
+        prog.notes.append(f"run twice ({how})")
     return prog
 
 
 # ---------------------------------------------------------------------------- running
-def _run_on(dev, prog: Program):
-    for phys, data in prog.buffers:
-        dev.write(phys, data)
-    insn_phys = dev.alloc(len(prog.insns))
-    dev.write(insn_phys, prog.insns)
+#: counters of the compute module, which runs in order: at a run-time error in a compute instruction
+#: they count exactly what ran before it (load and store may be anywhere at that moment)
+COMPUTE_COUNTERS = ("uop_load_nbytes", "acc_load_nbytes", "gemm_counter", "alu_counter")
+
+
+def _run_on(dev, prog: Program, insns: bytes | None = None, insn_phys: int | None = None):
+    """Run the program's stream (or ``insns``, written at ``insn_phys``: a second run of a stream
+    at the address of the first); returns (outcome, outputs, counters, insn_phys). The outcome is
+    None, or the error's class and instruction index, and for an SRAM index its message too (which
+    names the first failing index)."""
+    if insns is None:
+        insns = prog.insns
+        for phys, data in prog.buffers:
+            dev.write(phys, data)
+    if insn_phys is None:
+        insn_phys = dev.alloc(len(insns))
+    dev.write(insn_phys, insns)
     try:
-        dev.run(insn_phys, len(prog.insns) // 16, timeout=120)
+        dev.run(insn_phys, len(insns) // 16, timeout=120)
         err = None
+    except SramIndexError as exc:
+        err = (type(exc).__name__, exc.index, str(exc).splitlines()[0])
     except ProgramError as exc:
         err = (type(exc).__name__, exc.index)
     outs = [dev.read(p, n) for p, n in prog.outputs]
     stats = {k: dev.stats()[k] for k in DEVICE_COUNTERS}
-    return err, outs, stats
+    return err, outs, stats, insn_phys
 
 
 def bus_for(seed: int):
@@ -466,23 +585,31 @@ def run_case(cfg_name: str, seed: int) -> tuple[Program, list[str]]:
 
 def compare(prog: Program, fs, ts) -> list[str]:
     from .tsim import BusProtocolError
-    fe, fo, fst = _run_on(fs, prog)
-    try:
-        te, to, tst = _run_on(ts, prog)
-    except BusProtocolError as exc:
-        return [f"tsim bus checker ({ts.bus}): {exc}"]
-    problems = []
-    if fe != te:
-        problems.append(f"outcome: fsim {fe or 'ok'}, tsim {te or 'ok'}")
-    if fe is None and te is None:
-        for k, (a, b) in enumerate(zip(fo, to)):
-            if a != b:
-                da, db = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
-                first = int(np.flatnonzero(da != db)[0])
-                problems.append(f"output buffer {k}: {int((da != db).sum())} bytes differ, first at byte {first}")
-        for key in DEVICE_COUNTERS:
-            if fst[key] != tst[key]:
-                problems.append(f"counter {key}: fsim {fst[key]}, tsim {tst[key]}")
+    problems: list[str] = []
+    runs = [("", None)] + ([("second run: ", prog.rerun)] if prog.rerun is not None else [])
+    phys = (None, None)
+    for what, insns in runs:
+        fe, fo, fst, fphys = _run_on(fs, prog, insns, phys[0])
+        try:
+            te, to, tst, tphys = _run_on(ts, prog, insns, phys[1])
+        except BusProtocolError as exc:
+            return problems + [f"{what}tsim bus checker ({ts.bus}): {exc}"]
+        phys = (fphys, tphys)
+        if fe != te:
+            problems.append(f"{what}outcome: fsim {fe or 'ok'}, tsim {te or 'ok'}")
+        if fe is None and te is None:
+            for k, (a, b) in enumerate(zip(fo, to)):
+                if a != b:
+                    da, db = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
+                    first = int(np.flatnonzero(da != db)[0])
+                    problems.append(f"{what}output buffer {k}: {int((da != db).sum())} bytes differ, "
+                                    f"first at byte {first}")
+        run_time_error = fe is not None and fe == te and fe[0] == "SramIndexError" and prog.illegal_at is None \
+            and not what
+        keys = DEVICE_COUNTERS if fe is None and te is None else COMPUTE_COUNTERS if run_time_error else ()
+        problems += [f"{what}counter {key}: fsim {fst[key]}, tsim {tst[key]}" for key in keys if fst[key] != tst[key]]
+        if problems:
+            break
     return problems
 
 
@@ -493,6 +620,8 @@ def save(prog: Program, problems: list[str]) -> Path:
     for k, (phys, data) in enumerate(prog.buffers):
         arrays[f"buf{k}_{phys}"] = data
     arrays["outputs"] = np.array(prog.outputs, dtype=np.int64).reshape(-1, 2)
+    if prog.rerun is not None:
+        arrays["rerun"] = np.frombuffer(prog.rerun, np.uint8)
     arrays["problems"] = np.array(problems or ["-"])
     np.savez_compressed(path, **arrays)
     return path
@@ -504,7 +633,8 @@ def load(path: str | Path) -> Program:
     bufs = sorted(((int(k.split("_")[1]), int(k[3:].split("_")[0]), z[k]) for k in z.files if k.startswith("buf")),
                   key=lambda t: t[1])
     return Program(cfg_name, int(seed), z["insns"].tobytes(), [(p, d) for p, _, d in bufs],
-                   [tuple(map(int, r)) for r in z["outputs"]])
+                   [tuple(map(int, r)) for r in z["outputs"]],
+                   rerun=z["rerun"].tobytes() if "rerun" in z.files else None)
 
 
 def replay(path: str | Path) -> list[str]:
@@ -557,8 +687,10 @@ def fuzz(n: int, seed: int = 0, names: list[str] | None = None, quiet: bool = Fa
     cases = [(names[k % len(names)], seed + k) for k in range(n)]
     build_all(names, quiet)
     failures = []
+    shapes: collections.Counter = collections.Counter()
     t0 = time.perf_counter()
     for done, (prog, problems) in enumerate(run_all(cases, jobs), 1):
+        shapes.update(note.split(" (")[0] for note in prog.notes if not note.endswith(".npz"))
         if problems:
             failures.append((prog, problems))
             where = f" (reproducer {prog.notes[-1]})" if prog.notes else ""
@@ -567,6 +699,8 @@ def fuzz(n: int, seed: int = 0, names: list[str] | None = None, quiet: bool = Fa
             dt = time.perf_counter() - t0
             print(f"  {done}/{n} programs, {len(failures)} mismatches ({dt:.0f} s, {done / dt:.2f} programs/s)",
                   flush=True)
+    if not quiet:
+        print("programs by shape: " + ", ".join(f"{k} {v}" for k, v in sorted(shapes.items())), flush=True)
     return sorted(failures, key=lambda f: f[0].seed)
 
 

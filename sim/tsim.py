@@ -1,8 +1,10 @@
 """tsim: the generated Verilog of the VTA core, compiled by Verilator and driven through ctypes.
 
 The Verilated core and a small C++ harness (``tsim_harness.cpp``) are built into one shared
-library, cached under ``build/tsim/<hash>/`` where the hash covers the config's hardware
-parameters, the hardware sources, the harness, the build flags and the Verilator version. The
+library, cached under ``tsim/<hash>/`` of the cache folder (``$VTA_CACHE_DIR``, else the
+repository's ``build/``) where the hash covers the config's hardware parameters, the hardware
+sources, the harness, the build flags, the Verilator version and the host CPU (the C++ is compiled
+with ``-O3 -march=native``); concurrent builders take a lock and the library appears atomically. The
 harness serves the core's AXI master from the same numpy arena as the runtime's simulated DRAM
 (its pointer is passed once; no Python runs per cycle) and drives the AXI4-Lite registers.
 Register sequencing is ``vta_runtime.mmio.Mmio``, shared with the board drivers.
@@ -17,14 +19,14 @@ and interleaved across IDs, W beats taken before their AW.
 
 ``TsimDevice`` implements the ``Device`` protocol of fsim; ``stats()`` adds ``cycle_count`` and
 the performance counters of the register map. ``waveform="x.fst"`` dumps an FST trace (a
-separate, slower build).
+separate, slower build). ``profile=True`` records every module's timeline (another separate build,
+see ``sim.tsim_profile``): ``profiled_runs()`` gives each run's instruction intervals.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import hashlib
 import os
 import random
@@ -39,17 +41,31 @@ from typing import Any
 
 import numpy as np
 
+from vta_hw.cache import cache_dir
+from vta_hw.files import locked, temp_path
 from vta_hw.lint import WAIVERS, verilator_path
 from vta_hw.spec import Config, load_config
 from vta_hw.spec.regmap import DmaClient
+from vta_runtime.cxx import cpu_flags, native_arch
 from vta_runtime.errors import DeviceError
 from vta_runtime.mmio import RegisterDevice
 
 from .memory import DEFAULT_DRAM_BYTES, SimulatedDram, SimulatedMemoryDevice
+from .tsim_profile import EVENT_DTYPE, ProfiledRun, ProfileError, decode_run, split_runs
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "tsim_harness.cpp"
-BUILD_ROOT = HERE.parent / "build" / "tsim"
+#: Verilator configuration of the profile build: the internal signals its harness reads
+PROFILE_VLT = HERE / "tsim_profile.vlt"
+
+
+def build_root() -> Path:
+    """Where tsim's libraries are cached: ``tsim/`` of ``vta_hw.cache.cache_dir()``."""
+    return cache_dir() / "tsim"
+
+
+#: the cache folder when this module was imported (scripts and tests put their own Verilog there)
+BUILD_ROOT = build_root()
 #: cycles the harness runs between wall-clock checks
 RUN_CHUNK = 200_000
 REG_TIMEOUT_CYCLES = 10_000
@@ -84,14 +100,18 @@ class BusProtocolError(DeviceError):
                          + "\n  ".join(violations) + more)
 
 
-def _build_key(verilog: Path, beat_bytes: int, trace: bool, flags: list[str]) -> str:
+def _build_key(verilog: Path, beat_bytes: int, trace: bool, flags: list[str], profile: bool = False) -> str:
     h = hashlib.sha256()
+    if profile:
+        h.update(b"profile" + PROFILE_VLT.read_bytes())
+    if "-march=native" in CXX_FLAGS:
+        h.update(cpu_flags().encode())
     h.update(str(beat_bytes).encode())
     h.update(verilog.read_bytes())
     h.update(HARNESS.read_bytes())
     h.update(WAIVERS.read_bytes())
     h.update((HERE / "lz4_shim" / "lz4.h").read_bytes())
-    h.update(repr((trace, flags)).encode())
+    h.update(repr((trace, flags, CXX_FLAGS)).encode())
     h.update(subprocess.run([_verilator(), "--version"], capture_output=True, text=True).stdout.encode())
     return h.hexdigest()[:16]
 
@@ -114,75 +134,88 @@ def _run_with_progress(cmd: list[str], what: str, log: Path, progress) -> None:
         raise DeviceError(f"tsim build failed during {what} (log: {log}):\n{tail}")
 
 
-_BUILT: dict[tuple[str, bool], Path] = {}
+_BUILT: dict[tuple[str, bool, bool], Path] = {}
 
 
-def build(config=None, *, trace: bool = False, progress=None) -> Path:
-    """Build (or reuse) the tsim shared library for ``config``; returns its path.
-    (Remembered for the life of the process: edit the hardware, restart Python.)"""
+def build(config=None, *, trace: bool = False, profile: bool = False, progress=None) -> Path:
+    """Build (or reuse) the tsim shared library for ``config``; returns its path. ``trace``: the
+    FST-waveform build; ``profile``: the build that records the modules' timeline (both separate,
+    slower builds). (Remembered for the life of the process: edit the hardware, restart Python.)"""
     from vta_hw.verilog import generate
 
     cfg = load_config(config)
-    memo = (cfg.hash(hardware_only=True), trace)
+    memo = (cfg.hash(hardware_only=True), trace, profile)
     if memo in _BUILT and _BUILT[memo].exists():
         return _BUILT[memo]
-    lib = _build(cfg, trace, progress, generate)
+    lib = _build(cfg, trace, progress, generate, profile)
     _BUILT[memo] = lib
     return lib
 
 
-def _build(cfg, trace, progress, generate) -> Path:
+def _build(cfg, trace, progress, generate, profile=False) -> Path:
     verilog = generate(cfg, quiet=False)
-    return build_library(verilog, cfg.AXI_DATA_BYTES, trace=trace, progress=progress,
+    return build_library(verilog, cfg.AXI_DATA_BYTES, trace=trace, profile=profile, progress=progress,
                          what=f"{cfg.MODEL} (AXI {cfg.AXI_DATA_BITS}-bit)")
 
 
 #: Verilator flags of every tsim build: lint on (``-Wall``), the waivers in WAIVERS, warnings fatal
 VERILATOR_FLAGS = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wall", str(WAIVERS)]
+#: C++ optimisation of the Verilated model and the harness (the model is most of tsim's time)
+CXX_FLAGS = ["-O3", *native_arch()]
 
 
-def build_library(verilog: Path, beat_bytes: int, *, trace: bool = False, progress=None, what: str = "",
-                  top: str = "vta_core") -> Path:
+def build_library(verilog: Path, beat_bytes: int, *, trace: bool = False, profile: bool = False, progress=None,
+                  what: str = "", top: str = "vta_core") -> Path:
     """Verilate ``verilog`` (top module ``top``, with the ports of ``vta_core``) and link it with
-    the harness into a shared library under ``build/tsim/<hash>/``; returns its path."""
+    the harness into a shared library under ``build/tsim/<hash>/``; returns its path. ``profile``
+    needs the core's register-file signals (``tsim_profile.vlt``), so only ``vta_core`` has it."""
     if progress is None:
         def progress(msg):
             print(msg, file=sys.stderr, flush=True)
     vl = _verilator()
     flags = VERILATOR_FLAGS + ["--top-module", top]
-    key = _build_key(verilog, beat_bytes, trace, flags)
-    out = BUILD_ROOT / key
+    if profile:
+        flags = flags + [str(PROFILE_VLT)]
+    key = _build_key(verilog, beat_bytes, trace, flags, profile)
+    out = build_root() / key
     lib = out / "libvta_tsim.so"
     if lib.exists():
         return lib
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "w") as lockf:
-        fcntl.flock(lockf, fcntl.LOCK_EX)
+    with locked(out):                 # one builder at a time; the others then find its library
         if lib.exists():
             return lib
+        out.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        progress(f"[tsim] building {what or verilog.name} {'with FST trace ' if trace else ''}in {out}")
+        variant = ("with FST trace " if trace else "") + ("with the profiler " if profile else "")
+        progress(f"[tsim] building {what or verilog.name} {variant}in {out}")
         log = out / "build.log"
         log.write_text("")
         obj = out / "obj"
         shutil.rmtree(obj, ignore_errors=True)
-        cflags = f"-fPIC -O2 -I{HERE / 'lz4_shim'}"   # FST traces without liblz4-dev (see lz4_shim/lz4.h)
-        cmd = [vl, "--cc", "--build", "-j", "2", *flags, "--prefix", "Vtop", "-Mdir", str(obj), "-CFLAGS", cflags,
-               str(verilog)]
+        # the model's code (OPT_FAST) gets CXX_FLAGS, its constructors (OPT_SLOW) compile quickly;
+        # -I: FST traces without liblz4-dev (see lz4_shim/lz4.h)
+        opt, arch = CXX_FLAGS[0], " ".join(CXX_FLAGS[1:])
+        cmd = [vl, "--cc", "--build", "-j", "2", *flags, "--prefix", "Vtop", "-Mdir", str(obj),
+               "-CFLAGS", f"-fPIC {arch} -I{HERE / 'lz4_shim'}",
+               "-MAKEFLAGS", f"OPT_FAST={opt} OPT_SLOW=-O1 OPT_GLOBAL=-O2", str(verilog)]
         if trace:
             cmd.insert(2, "--trace-fst")
         _run_with_progress(cmd, "Verilator", log, progress)
         progress(f"[tsim] verilated and compiled in {time.perf_counter() - t0:.0f} s; linking the harness")
         root = subprocess.run([vl, "--getenv", "VERILATOR_ROOT"], capture_output=True, text=True).stdout.strip()
-        tmp = out / "libvta_tsim.so.tmp"
+        tmp = temp_path(lib)
         # -isystem: -Wall -Werror for the harness, not for Verilator's headers
-        link = ["g++", "-shared", "-fPIC", "-std=c++17", "-O2", "-Wall", "-Werror", f"-DAXI_BEAT_BYTES={beat_bytes}",
-                f"-DVM_TRACE_FST={1 if trace else 0}", "-isystem", str(obj), "-isystem", f"{root}/include",
-                "-isystem", f"{root}/include/vltstd",
+        link = ["g++", "-shared", "-fPIC", "-std=c++17", *CXX_FLAGS, "-Wall", "-Werror",
+                f"-DAXI_BEAT_BYTES={beat_bytes}", f"-DVM_TRACE_FST={1 if trace else 0}",
+                f"-DVTA_PROFILE={1 if profile else 0}",
+                "-isystem", str(obj), "-isystem", f"{root}/include", "-isystem", f"{root}/include/vltstd",
                 str(HARNESS), str(obj / "Vtop__ALL.a"), str(obj / "libverilated.a"), "-pthread", "-lz",
                 "-o", str(tmp)]
-        _run_with_progress(link, "harness link", log, progress)
-        tmp.replace(lib)
+        try:
+            _run_with_progress(link, "harness link", log, progress)
+            os.replace(tmp, lib)      # atomic: a loader never sees a half-written library
+        finally:
+            tmp.unlink(missing_ok=True)
         progress(f"[tsim] built {lib} in {time.perf_counter() - t0:.0f} s")
     return lib
 
@@ -308,7 +341,12 @@ def _load(lib_path: Path) -> ctypes.CDLL:
             "tsim_bus_pending": ([vp], u64),
             "tsim_violation_count": ([vp], u64),
             "tsim_violation_message": ([vp, i32, ctypes.c_char_p, i32], i32),
+            "tsim_profile_enabled": ([], i32),
+            "tsim_profile_event_size": ([], i32),
+            "tsim_profile_drain": ([vp, vp, u64, ctypes.POINTER(u64)], u64),
         })
+        if lib.tsim_profile_event_size() != EVENT_DTYPE.itemsize:
+            raise DeviceError("tsim: ProfileEvent differs between the harness and sim/tsim_profile.py; rebuild")
         if lib.tsim_bus_params_size() != ctypes.sizeof(_BusParams):
             raise DeviceError("tsim: BusParams differs between the harness and sim/tsim.py; rebuild")
         _LIBS[lib_path] = lib
@@ -359,17 +397,20 @@ class AxiChecker:
 def checker_library() -> Path:
     """The harness compiled with ``-DCHECKER_ONLY`` (no Verilator, a few seconds of g++)."""
     h = hashlib.sha256(HARNESS.read_bytes()).hexdigest()[:16]
-    out = BUILD_ROOT / f"checker-{h}"
+    out = build_root() / f"checker-{h}"
     lib = out / "libaxi_checker.so"
     if lib.exists():
         return lib
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f"libaxi_checker.so.{os.getpid()}"
-    res = subprocess.run(["g++", "-shared", "-fPIC", "-std=c++17", "-O1", "-Wall", "-Werror", "-DCHECKER_ONLY",
-                          str(HARNESS), "-o", str(tmp)], capture_output=True, text=True)
-    if res.returncode:
-        raise DeviceError(f"building the AXI checker failed:\n{res.stderr[-3000:]}")
-    tmp.replace(lib)
+    tmp = temp_path(lib)
+    try:
+        res = subprocess.run(["g++", "-shared", "-fPIC", "-std=c++17", "-O1", "-Wall", "-Werror", "-DCHECKER_ONLY",
+                              str(HARNESS), "-o", str(tmp)], capture_output=True, text=True)
+        if res.returncode:
+            raise DeviceError(f"building the AXI checker failed:\n{res.stderr[-3000:]}")
+        os.replace(tmp, lib)
+    finally:
+        tmp.unlink(missing_ok=True)
     return lib
 
 
@@ -432,6 +473,19 @@ class Harness:
         self.check()
         return n
 
+    def drain_profile(self) -> np.ndarray:
+        """The profile events recorded since the last drain (empty unless this is the profile build)."""
+        out, dropped = [], ctypes.c_uint64()
+        while True:
+            buf = np.empty(1 << 16, EVENT_DTYPE)
+            n = int(self.lib.tsim_profile_drain(self.live(), buf.ctypes.data, len(buf), ctypes.byref(dropped)))
+            out.append(buf[:n])
+            if n < len(buf):
+                break
+        if dropped.value:
+            raise ProfileError(f"tsim profile: {dropped.value} events were lost (more than 2**24 undrained)")
+        return np.concatenate(out)
+
     def close(self) -> None:
         h, self._h = getattr(self, "_h", None), None
         if h is not None and h.value:
@@ -442,12 +496,13 @@ class TsimDevice(SimulatedMemoryDevice, RegisterDevice):
     """The Verilated VTA core as a ``Device``; the run sequence is ``vta_runtime.mmio.RegisterDevice``.
 
     ``bus`` is the memory port's slave (:class:`BusModel`); ``read_latency``, ``write_latency``,
-    ``backpressure`` (stall percent on every channel) and ``seed`` are shortcuts for one."""
+    ``backpressure`` (stall percent on every channel) and ``seed`` are shortcuts for one.
+    ``profile=True``: the profile build, which records each run's timeline (:meth:`profiled_runs`)."""
 
     def __init__(self, config: Config | dict[str, Any] | str | None = None, *, dram_bytes: int = DEFAULT_DRAM_BYTES,
                  waveform: str | os.PathLike[str] | None = None, bus: BusModel | None = None,
                  read_latency: int | tuple[int, int] | None = None, write_latency: int | tuple[int, int] | None = None,
-                 backpressure: int | None = None, seed: int | None = None, progress=None):
+                 backpressure: int | None = None, seed: int | None = None, profile: bool = False, progress=None):
         cfg = load_config(config)
         if bus is None:
             shortcuts = {"read_latency": read_latency, "write_latency": write_latency, "stall": backpressure,
@@ -458,7 +513,10 @@ class TsimDevice(SimulatedMemoryDevice, RegisterDevice):
                              "shortcuts, not both")
         self.dram = SimulatedDram(dram_bytes)
         self.waveform = str(waveform) if waveform else None
-        self._harness = Harness(build(cfg, trace=self.waveform is not None, progress=progress), self.dram.data,
+        self.profile = bool(profile)
+        self._profile_raw: list[tuple[np.ndarray, list[np.ndarray]]] = []   # (stream, its events) per run
+        self._harness = Harness(build(cfg, trace=self.waveform is not None, profile=self.profile, progress=progress),
+                                self.dram.data,
                                 beat_bytes=cfg.AXI_DATA_BYTES, max_burst_beats=cfg.AXI_MAX_BURST_BEATS,
                                 read_ids=[c for c in DmaClient if c != DmaClient.OUT], write_id=DmaClient.OUT,
                                 bus=bus, waveform=self.waveform)
@@ -482,6 +540,8 @@ class TsimDevice(SimulatedMemoryDevice, RegisterDevice):
 
     def _advance(self) -> None:
         self._harness.run(RUN_CHUNK)
+        if self.profile and self._profile_raw:
+            self._profile_raw[-1][1].append(self._harness.drain_profile())
 
     # ------------------------------------------------------------------ Device protocol
     def cycles(self) -> int:
@@ -494,7 +554,11 @@ class TsimDevice(SimulatedMemoryDevice, RegisterDevice):
     # ------------------------------------------------------------------ RegisterDevice hooks
     def _instruction_words(self, insn_phys: int, insn_count: int) -> np.ndarray:
         self.dram.check(insn_phys, insn_count * 16, f"the instruction fetch of {insn_count} instructions")
-        return self.dram.data[insn_phys:insn_phys + insn_count * 16].view("<u8").reshape(-1, 2).copy()
+        words = self.dram.data[insn_phys:insn_phys + insn_count * 16].view("<u8").reshape(-1, 2).copy()
+        if self.profile:
+            self._harness.drain_profile()          # what happened between runs is no run's
+            self._profile_raw.append((words, []))
+        return words
 
     def _before_run(self) -> None:
         # the simulated interconnect answers SLVERR outside every allocation
@@ -506,6 +570,29 @@ class TsimDevice(SimulatedMemoryDevice, RegisterDevice):
     def _after_run(self) -> None:
         if self.waveform:
             self.lib.tsim_flush_trace(self._live())
+        if self.profile and self._profile_raw:
+            self._profile_raw[-1][1].append(self._harness.drain_profile())
+
+    # ------------------------------------------------------------------ profile
+    def profiled_runs(self, clear: bool = False) -> list[ProfiledRun]:
+        """Every run since the device was opened (or last cleared), decoded into instruction intervals
+        (:class:`sim.tsim_profile.ProfiledRun`). Needs ``TsimDevice(profile=True)``."""
+        if not self.profile:
+            raise DeviceError("profiled_runs() needs the profile build: TsimDevice(profile=True)")
+        out = []
+        for words, chunks in self._profile_raw:
+            events = np.concatenate(chunks) if chunks else np.empty(0, EVENT_DTYPE)
+            windows = split_runs(events)
+            if len(windows) != 1:
+                raise ProfileError(f"tsim profile: a run of {len(words)} instructions shows {len(windows)} "
+                                   "BUSY stretches")
+            out.append(decode_run(self.isa, words, events, *windows[0]))
+        if clear:
+            self.clear_profile()
+        return out
+
+    def clear_profile(self) -> None:
+        self._profile_raw.clear()
 
     def _memory_for_diagnosis(self):
         return self.dram

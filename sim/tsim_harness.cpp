@@ -14,6 +14,11 @@
 //   runs per cycle.
 // The checker is also exported on its own (axi_checker_*) so that tests can feed it hand-made
 // cycles and see every rule fire. Loaded by sim/tsim.py with ctypes.
+// * The profile build (-DVTA_PROFILE=1, Verilated with tsim_profile.vlt so that a few of the core's
+//   internal signals stay readable) records an event whenever a module's state changes: fetch,
+//   load, compute and store (busy / waiting for a token, and the retired or dispatched index),
+//   GEMM and ALU activity, and the run itself. Python drains them with tsim_profile_drain(); the
+//   normal build has none of this code.
 
 #include <algorithm>
 #include <cstdint>
@@ -28,6 +33,9 @@
 #include "verilated.h"
 #if VM_TRACE_FST
 #include "verilated_fst_c.h"
+#endif
+#if VTA_PROFILE
+#include "Vtop___024root.h"
 #endif
 double sc_time_stamp() { return 0; }
 #endif
@@ -71,6 +79,9 @@ class AxiChecker {
     }
 
     uint64_t count() const { return count_; }
+    // Nothing waits for a READY: a cycle with no VALID on AR/AW/W and no R/B handshake only counts (tick).
+    bool settled() const { return !ar_wait_ && !aw_wait_ && !w_wait_; }
+    void tick() { cycle++; }
     const std::vector<std::string>& messages() const { return msgs_; }
     uint64_t cycle = 0;
 
@@ -83,6 +94,13 @@ class AxiChecker {
             cycle++;
             return;
         }
+        // nothing offered on AR/AW/W, no handshake on R/B and nothing waiting for READY: no rule to check
+        // and nothing to track (most cycles of a compute-bound run)
+        if (!s.arvalid && !s.awvalid && !s.wvalid && !ar_wait_ && !aw_wait_ && !w_wait_ && !(s.rvalid && s.rready) &&
+            !(s.bvalid && s.bready)) {
+            cycle++;
+            return;
+        }
         Addr ar{s.arid, s.arlen, s.arsize, s.arburst, s.arlock, s.araddr};
         Addr aw{s.awid, s.awlen, s.awsize, s.awburst, s.awlock, s.awaddr};
         // VALID stays high, and the payload stays put, until READY
@@ -90,10 +108,10 @@ class AxiChecker {
         stable("AW", "AWVALID", aw_wait_, s.awvalid, aw_prev_ == aw, aw_n_);
         bool w_same = w_prev_strb_ == s.wstrb && w_prev_last_ == s.wlast && !std::memcmp(w_prev_data_, s.wdata, beat_);
         if (w_wait_) {
-            std::string where = w_where(w_beats_seen_);
-            if (!s.wvalid) fail("W", where, "WVALID dropped before WREADY (AXI: once VALID is high it stays high until "
-                                            "the handshake)");
-            else if (!w_same) fail("W", where, "WDATA/WSTRB/WLAST changed while WVALID was high and WREADY low");
+            if (!s.wvalid) fail("W", w_where(w_beats_seen_), "WVALID dropped before WREADY (AXI: once VALID is high it "
+                                                             "stays high until the handshake)");
+            else if (!w_same) fail("W", w_where(w_beats_seen_), "WDATA/WSTRB/WLAST changed while WVALID was high and "
+                                                                "WREADY low");
         }
         ar_wait_ = s.arvalid && !s.arready;
         aw_wait_ = s.awvalid && !s.awready;
@@ -206,12 +224,12 @@ class AxiChecker {
     }
 
     void stable(const char* ch, const char* valid, bool waiting, bool v, bool same, uint64_t n) {
-        if (!waiting) return;
+        if (!waiting || (v && same)) return;
         std::string where = std::string(ch) + " #" + std::to_string(n);
         if (!v) fail(ch, where, std::string(valid) + " dropped before " + ch + "READY (AXI: once VALID is high it stays "
                                 "high until the handshake)");
-        else if (!same) fail(ch, where, std::string(ch) + " address/control changed while " + valid + " was high and " +
-                                        ch + "READY low");
+        else fail(ch, where, std::string(ch) + " address/control changed while " + valid + " was high and " + ch +
+                             "READY low");
     }
 
     void address(const char* ch, const Addr& a, uint64_t n) {
@@ -295,6 +313,19 @@ struct BusParams {
     uint64_t seed;
 };
 
+// One profile event: from `cycle` on, `track` is in `state` with `value` (see sim/tsim_profile.py).
+struct ProfileEvent {
+    uint64_t cycle;
+    uint32_t value;
+    uint16_t track;
+    uint16_t state;
+};
+// tracks: the run (state 1 while the core is BUSY), fetch (state: busy | waiting << 1, value: instructions
+// dispatched), load/compute/store (state: busy | waiting << 1, value: index of the last retired + 1), GEMM
+// and ALU (state 1 while active)
+enum Track { T_RUN, T_FETCH, T_LOAD, T_COMPUTE, T_STORE, T_GEMM, T_ALU, NTRACK };
+constexpr size_t PROFILE_MAX_EVENTS = size_t(1) << 24;   // undrained events beyond this are counted, not kept
+
 struct Sim {
     VerilatedContext* ctx = nullptr;
     Vtop* top = nullptr;
@@ -318,6 +349,30 @@ struct Sim {
     // slave outputs decided for the coming cycle
     bool ready[NCHAN] = {};
     int r_sel = -1;                      // the read burst whose beat is shown on R (kept until taken)
+#if VTA_PROFILE
+    std::vector<ProfileEvent> events;
+    uint64_t events_dropped = 0;
+    uint32_t track_state[NTRACK] = {}, track_value[NTRACK] = {};
+
+    void note(int track, uint32_t state, uint32_t value) {
+        if (state == track_state[track] && value == track_value[track]) return;
+        track_state[track] = state;
+        track_value[track] = value;
+        if (events.size() < PROFILE_MAX_EVENTS) events.push_back({cycle, value, (uint16_t)track, (uint16_t)state});
+        else events_dropped++;
+    }
+    // The state during this cycle (after the combinational settle, before the rising edge).
+    void sample() {
+        const Vtop___024root* r = top->rootp;
+        note(T_RUN, r->vta_core__DOT__rd_control & 1, 0);
+        note(T_FETCH, r->vta_core__DOT__rd_state_fetch & 3, r->vta_core__DOT__rd_insn_dispatched);
+        note(T_LOAD, r->vta_core__DOT__rd_state_load & 3, r->vta_core__DOT__rd_retired_load);
+        note(T_COMPUTE, r->vta_core__DOT__rd_state_compute & 3, r->vta_core__DOT__rd_retired_compute);
+        note(T_STORE, r->vta_core__DOT__rd_state_store & 3, r->vta_core__DOT__rd_retired_store);
+        note(T_GEMM, r->vta_core__DOT__gemm_active, 0);
+        note(T_ALU, r->vta_core__DOT__alu_active, 0);
+    }
+#endif
 
     uint64_t next() {
         rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
@@ -335,8 +390,9 @@ struct Sim {
     }
     // A read burst that may show a beat now: the oldest of its ID (AXI keeps one ID's data in
     // order); with reorder, any such burst, else only the oldest of all.
+    std::vector<int> ok;                 // pick_read's candidates (a member: no allocation per cycle)
     int pick_read() {
-        std::vector<int> ok;
+        ok.clear();
         uint64_t seen = 0;
         for (size_t i = 0; i < rq.size(); i++) {
             uint64_t bit = 1ull << (rq[i].id & 63);
@@ -402,23 +458,32 @@ void cycle(Sim* s) {
         t->m_axi_bresp = s->bq.front().error ? 2 : 0;
     }
     eval_half(s, 0);
+#if VTA_PROFILE
+    s->sample();
+#endif
     // sample (inputs and combinational outputs are settled)
-    AxiSample x{};
-    x.rst = t->rst;
-    x.arvalid = t->m_axi_arvalid; x.arready = t->m_axi_arready;
-    x.arid = t->m_axi_arid; x.araddr = t->m_axi_araddr; x.arlen = t->m_axi_arlen; x.arsize = t->m_axi_arsize;
-    x.arburst = t->m_axi_arburst; x.arlock = t->m_axi_arlock;
-    x.awvalid = t->m_axi_awvalid; x.awready = t->m_axi_awready;
-    x.awid = t->m_axi_awid; x.awaddr = t->m_axi_awaddr; x.awlen = t->m_axi_awlen; x.awsize = t->m_axi_awsize;
-    x.awburst = t->m_axi_awburst; x.awlock = t->m_axi_awlock;
-    x.wvalid = t->m_axi_wvalid; x.wready = t->m_axi_wready; x.wlast = t->m_axi_wlast;
-    x.wstrb = (uint64_t)t->m_axi_wstrb;
-    get_data(t->m_axi_wdata, x.wdata);
-    x.rvalid = rv; x.rready = t->m_axi_rready; x.rlast = t->m_axi_rlast; x.rid = t->m_axi_rid;
-    x.bvalid = bv; x.bready = t->m_axi_bready; x.bid = t->m_axi_bid;
-    s->chk->check(x);
-    bool ar_fire = x.arvalid && x.arready, aw_fire = x.awvalid && x.awready, w_fire = x.wvalid && x.wready;
-    bool r_fire = rv && x.rready, b_fire = bv && x.bready;
+    bool ar_fire = t->m_axi_arvalid && t->m_axi_arready, aw_fire = t->m_axi_awvalid && t->m_axi_awready;
+    bool w_fire = t->m_axi_wvalid && t->m_axi_wready;
+    bool r_fire = rv && t->m_axi_rready, b_fire = bv && t->m_axi_bready;
+    AxiSample x;                         // filled (up to BEAT bytes of wdata) on every cycle with a handshake
+    if (!t->rst && !t->m_axi_arvalid && !t->m_axi_awvalid && !t->m_axi_wvalid && !r_fire && !b_fire &&
+        s->chk->settled()) {
+        s->chk->tick();                  // nothing on the bus to check or to track
+    } else {
+        x.rst = t->rst;
+        x.arvalid = t->m_axi_arvalid; x.arready = t->m_axi_arready;
+        x.arid = t->m_axi_arid; x.araddr = t->m_axi_araddr; x.arlen = t->m_axi_arlen; x.arsize = t->m_axi_arsize;
+        x.arburst = t->m_axi_arburst; x.arlock = t->m_axi_arlock;
+        x.awvalid = t->m_axi_awvalid; x.awready = t->m_axi_awready;
+        x.awid = t->m_axi_awid; x.awaddr = t->m_axi_awaddr; x.awlen = t->m_axi_awlen; x.awsize = t->m_axi_awsize;
+        x.awburst = t->m_axi_awburst; x.awlock = t->m_axi_awlock;
+        x.wvalid = t->m_axi_wvalid; x.wready = t->m_axi_wready; x.wlast = t->m_axi_wlast;
+        x.wstrb = (uint64_t)t->m_axi_wstrb;
+        get_data(t->m_axi_wdata, x.wdata);
+        x.rvalid = rv; x.rready = t->m_axi_rready; x.rlast = t->m_axi_rlast; x.rid = t->m_axi_rid;
+        x.bvalid = bv; x.bready = t->m_axi_bready; x.bid = t->m_axi_bid;
+        s->chk->check(x);
+    }
     eval_half(s, 1);
     if (t->rst) {
         s->rq.clear(); s->wq.clear(); s->bq.clear(); s->early.clear();
@@ -630,6 +695,26 @@ uint64_t tsim_run(void* p, uint64_t max_cycles) {
     }
     return i;
 }
+
+int tsim_profile_enabled() { return VTA_PROFILE; }
+
+// Move up to `max` recorded profile events (oldest first) into `out`; returns how many. `dropped` gets the
+// number of events lost because nobody drained them (0 unless over PROFILE_MAX_EVENTS were pending).
+uint64_t tsim_profile_drain(void* p, void* out, uint64_t max, uint64_t* dropped) {
+#if VTA_PROFILE
+    Sim* s = (Sim*)p;
+    uint64_t n = std::min<uint64_t>(max, s->events.size());
+    std::memcpy(out, s->events.data(), n * sizeof(ProfileEvent));
+    s->events.erase(s->events.begin(), s->events.begin() + n);
+    *dropped = s->events_dropped;
+    return n;
+#else
+    (void)p; (void)out; (void)max;
+    *dropped = 0;
+    return 0;
+#endif
+}
+int tsim_profile_event_size() { return (int)sizeof(ProfileEvent); }
 
 int tsim_irq(void* p) { return ((Sim*)p)->top->irq; }
 uint64_t tsim_cycle(void* p) { return ((Sim*)p)->cycle; }

@@ -2,6 +2,7 @@
 
     vta compile model.onnx --calibration images.npz|DIR [--config F] [-o model.tar]
     vta run model.tar --input x.npy [--device fsim|tsim|rpc://HOST:PORT] [-o y.npy]
+    vta profile model.tar --input x.npy [--device tsim|fsim] [-o trace.json] [--table F] [--roofline F.png]
     vta tune model.onnx --calibration images.npz [--trials N] [--servers N | --tracker HOST:PORT --key K] [-o log]
     vta tracker [--host 127.0.0.1] [--port 9190]
     vta server [--tracker HOST:PORT] [--key K] [--host H] [--port P] [--config F]
@@ -333,6 +334,54 @@ def cmd_run(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------------ profile
+def cmd_profile(args) -> int:
+    import tvm
+
+    from vta_hw.spec import load_config
+
+    from . import graph
+    from .environment import Environment
+    if args.device not in DEVICES:
+        raise CliError(f"--device {args.device!r}: profile on tsim (the timeline and cycles) or fsim (counters only)")
+    if args.device == "fsim" and (args.output or args.timeline):
+        raise CliError("fsim has no cycles, so no timeline: give --device tsim for a trace (-o) or --timeline "
+                       "(fsim prints the table from the counters)")
+    steps = Steps(2 + bool(args.output or args.table or args.roofline or args.timeline))
+    with tempfile.TemporaryDirectory() as tmp:
+        meta = read_tar(args.model, Path(tmp))
+        inputs = _load_inputs(args.input, meta)
+        env = Environment(load_config(meta["config"]))
+        layers = [r["name"] for r in meta["placement"]["rows"] if r["device"] == "VTA"]
+        if args.timeline_layer and args.timeline_layer not in layers:
+            raise CliError(f"--timeline-layer {args.timeline_layer!r}: the model's VTA layers are {layers}")
+        lib = steps.run(f"loading {Path(args.model).name}", tvm.runtime.load_module, str(Path(tmp) / LIBRARY))
+        what = "tsim with the profiler (every module's timeline)" if args.device == "tsim" else "fsim (counters)"
+        prof = steps.run(f"running on {what}", graph.profile, lib, inputs, args.device, env=env,
+                         placement=meta["placement"]["rows"], clock_mhz=args.clock_mhz, warmup=args.warmup,
+                         repeat=args.repeat)
+    wrote = []
+    if steps.total > 2:
+        def write():
+            if args.output:
+                wrote.append(prof.write_trace(args.output))
+            if args.table:
+                wrote.append(prof.write_table(args.table))
+            if args.roofline:
+                wrote.append(prof.plot_roofline(args.roofline, title=f"{meta['model']} on {args.device}: the layers "
+                                                "under the roofline"))
+            if args.timeline:
+                wrote.append(prof.plot_timeline(args.timeline, title=f"{meta['model']} on tsim",
+                                                layer=args.timeline_layer))
+        steps.run("writing " + ", ".join(str(f) for f in (args.output, args.table, args.roofline, args.timeline)
+                                         if f), write)
+    print(prof.table())
+    if wrote:
+        print("wrote " + ", ".join(str(p) for p in wrote)
+              + ("; open the trace in https://ui.perfetto.dev or chrome://tracing" if args.output else ""))
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------ tune
 def cmd_tune(args) -> int:
     from .autotune import RPCMeasure, TsimMeasure, extract_tasks, tune
@@ -397,7 +446,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vta", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True, metavar="{compile,run,tune,tracker,server}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{compile,run,profile,tune,tracker,server}")
     c = sub.add_parser("compile", help="quantize, pack and build an ONNX model into a .tar")
     _model_args(c)
     c.add_argument("--records", help="tuning records (vta tune's log) to take tilings from")
@@ -409,6 +458,21 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default="fsim", help="fsim (default), tsim or rpc://HOST:PORT")
     r.add_argument("-o", "--output", help="write the output here (.npy; .npz for several outputs)")
     r.set_defaults(fn=cmd_run)
+    f = sub.add_parser("profile", help="where the time goes: a per-layer table, a timeline trace (tsim), a roofline")
+    f.add_argument("model", help="a .tar from vta compile")
+    f.add_argument("--input", action="append", required=True, metavar="[NAME=]FILE.npy", help="the model's input")
+    f.add_argument("--device", default="tsim", help="tsim (default: cycles and the timeline) or fsim (counters only)")
+    f.add_argument("-o", "--output", help="write the trace here (Chrome/Perfetto JSON; tsim only)")
+    f.add_argument("--table", help="write the per-layer table here (.json: every figure; else the text)")
+    f.add_argument("--roofline", help="draw the layers under the roofline into this PNG")
+    f.add_argument("--timeline", help="draw the trace into this PNG (tsim only)")
+    f.add_argument("--timeline-layer", metavar="LAYER", help="draw only this layer's span (a name from the table)")
+    f.add_argument("--clock-mhz", type=float, help="the board's clock (default: the configuration's)")
+    f.add_argument("--warmup", type=int, default=0, help="inferences run before the profiled one (default 0: the "
+                   "first inference, one-time costs included)")
+    f.add_argument("--repeat", type=int, default=1, help="inferences measured; the one with the least host time is "
+                   "shown (default 1)")
+    f.set_defaults(fn=cmd_profile)
     t = sub.add_parser("tune", help="tune the VTA layers of an ONNX model on tsim or boards")
     _model_args(t)
     t.add_argument("--trials", type=int, default=16, help="candidates measured per task (default 16)")

@@ -14,6 +14,13 @@ every ``ADDS_PER_STAGE`` levels and at its output. Operands presented in cycle t
 cycle t + ``latency``; the caller budgets ``latency`` cycles and the array checks, when it is
 built, that its tree fits them.
 
+The tree adds each product plus 2^15, an unsigned 16-bit number (the low one is ``P[15:0]`` as it
+is, the high one ``P[31:16]`` with bit 15 flipped), so no level sign-extends; the sum of
+BLOCK_IN = 2^n such terms is the dot product + 2^(15+n), which flipping the top bit of the
+(16+n)-bit sum removes. The datapath registers have no reset: the caller only takes ``dot`` for a
+slot it issued, latency cycles before. Both choices keep the results and the cycles, and make the
+array cheap to evaluate in Verilator (tsim), which computes every register in every cycle.
+
 The packing pays where a DSP is one wide multiplier (DSP48: 25x18). A Cyclone V variable-precision
 DSP block is one 27x27, two 18x19 or three 9x9 multipliers: the 25x8 packed product takes a whole
 block for two products, plain 8x8 products fit three to a block. A platform whose
@@ -25,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from amaranth.hdl import Module, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -46,16 +53,17 @@ def tree_stages(block_in: int, adds_per_stage: int = ADDS_PER_STAGE) -> int:
     return max(1, math.ceil(math.ceil(math.log2(block_in)) / adds_per_stage)) if block_in > 1 else 1
 
 
-def _tree(m: Module, terms: list, width: int, adds_per_stage: int, name: str) -> tuple:
-    """Balanced adder tree with a register after every ``adds_per_stage`` levels and at its
-    output. Returns (registered sum, number of register stages)."""
+def _tree(m: Module, terms: list, adds_per_stage: int, name: str) -> tuple:
+    """Balanced adder tree over unsigned ``terms`` with a register after every ``adds_per_stage``
+    levels and at its output; each level is one bit wider than the one below it. Returns
+    (registered sum, number of register stages)."""
     stages = level = 0
     while True:
         if len(terms) > 1:
             terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
             level += 1
         if len(terms) == 1 or level % adds_per_stage == 0:
-            regs = [Signal(signed(width), name=f"{name}_s{stages}_{k}") for k in range(len(terms))]
+            regs = [Signal(len(t), name=f"{name}_s{stages}_{k}", reset_less=True) for k, t in enumerate(terms)]
             m.d.sync += [r.eq(t) for r, t in zip(regs, terms)]
             terms, stages = regs, stages + 1
         if len(terms) == 1:
@@ -67,6 +75,8 @@ class DotArray(wiring.Component):
                  latency: int | None = None, adds_per_stage: int = ADDS_PER_STAGE, packed: bool | None = None):
         assert inp_bits == 8 and wgt_bits == 8, "the packed multiplier is written for int8 operands"
         assert block_out % 2 == 0
+        if block_in & (block_in - 1):
+            raise ValueError(f"DotArray: block_in={block_in} must be a power of two (the adder tree's bias is one bit)")
         self.batch, self.block_in, self.block_out = batch, block_in, block_out
         self.adds_per_stage = adds_per_stage
         self.packed = packed
@@ -90,8 +100,8 @@ class DotArray(wiring.Component):
         m = Module()
         bt, bi, bo = self.batch, self.block_in, self.block_out
         # operand registers (x and the packed weight pair): the DSP's input registers
-        x = [[Signal(signed(8), name=f"x_{b}_{k}") for k in range(bi)] for b in range(bt)]
-        packed = [[Signal(signed(25), name=f"wp_{j}_{k}") for k in range(bi)] for j in range(bo // 2)]
+        x = [[Signal(signed(8), name=f"x_{b}_{k}", reset_less=True) for k in range(bi)] for b in range(bt)]
+        packed = [[Signal(signed(25), name=f"wp_{j}_{k}", reset_less=True) for k in range(bi)] for j in range(bo // 2)]
         for b in range(bt):
             for k in range(bi):
                 lane = b * bi + k
@@ -100,23 +110,32 @@ class DotArray(wiring.Component):
             for k in range(bi):
                 w0 = self.wgt[8 * ((2 * j) * bi + k):][:8].as_signed()
                 w1 = self.wgt[8 * ((2 * j + 1) * bi + k):][:8].as_signed()
-                m.d.sync += packed[j][k].eq((w1 << PACK_SHIFT) + w0)
+                # w1 << 16 written as a concatenation: the shift becomes a sign extension by one bit per
+                # wire in the Verilog, which Verilator evaluates bit by bit (the value is the same)
+                m.d.sync += packed[j][k].eq(Cat(Const(0, PACK_SHIFT), w1).as_signed() + w0)
         for b in range(bt):
             for j in range(bo // 2):
                 lo_terms, hi_terms = [], []
                 for k in range(bi):
-                    prod = Signal(signed(34), name=f"m_{b}_{j}_{k}")    # the DSP's M register
-                    p = Signal(signed(34), name=f"p_{b}_{j}_{k}")       # its P register (post-adder)
+                    # the DSP's M and P registers; only P's low 32 bits are used, so both keep those
+                    prod = Signal(2 * PACK_SHIFT, name=f"m_{b}_{j}_{k}", reset_less=True)
+                    p = Signal(2 * PACK_SHIFT, name=f"p_{b}_{j}_{k}", reset_less=True)
                     m.d.sync += [prod.eq(packed[j][k] * x[b][k]), p.eq(prod + PACK_BIAS)]
-                    lo_terms.append((p[:PACK_SHIFT] ^ PACK_BIAS).as_signed())
-                    hi_terms.append(p[PACK_SHIFT:].as_signed())
+                    # both products plus 2^15, unsigned: w0*x + 2^15 is P's low half as it is, and
+                    # w1*x (|w1*x| <= 2^14) + 2^15 is P[31:16] with its top bit flipped
+                    lo_terms.append(p[:PACK_SHIFT])
+                    hi_terms.append(p[PACK_SHIFT:] ^ PACK_BIAS)
                 for n, terms in ((2 * j, lo_terms), (2 * j + 1, hi_terms)):
                     m.d.comb += self.dot[b * bo + n].eq(self._sum(m, terms, f"{b}_{n}"))
         return m
 
     def _sum(self, m: Module, terms: list, name: str):
-        """The adder tree over one dot product's terms, padded to the latency the caller budgets."""
-        s, stages = _tree(m, terms, self.sum_bits, self.adds_per_stage, f"t_{name}")
+        """The adder tree over one dot product's terms (each product + 2^15, 16 bits unsigned), padded
+        to the latency the caller budgets. The tree is unsigned, so no level sign-extends (cheaper in
+        logic and in a simulator); the sum of BLOCK_IN = 2^n biased terms is the dot product +
+        2^(15+n), which flipping the top bit of the (16+n)-bit sum removes."""
+        s, stages = _tree(m, terms, self.adds_per_stage, f"t_{name}")
+        s = (s ^ (1 << (len(s) - 1))).as_signed()
         pad = self.latency - PRODUCT_STAGES - stages
         if pad < 0:
             raise DotArrayLatencyError(
@@ -124,7 +143,7 @@ class DotArray(wiring.Component):
                 f"terms needs {stages} register stages at {self.adds_per_stage} adds per stage, but the latency "
                 f"of {self.latency} cycles leaves room for {self.latency - PRODUCT_STAGES}")
         for k in range(pad):
-            r = Signal(signed(self.sum_bits), name=f"dpad_{name}_{k}")
+            r = Signal(signed(self.sum_bits), name=f"dpad_{name}_{k}", reset_less=True)
             m.d.sync += r.eq(s)
             s = r
         return s
@@ -133,8 +152,8 @@ class DotArray(wiring.Component):
         """One 8x8 product per multiplier (a 9x9 DSP mode), the same stages as the packed array."""
         m = Module()
         bt, bi, bo = self.batch, self.block_in, self.block_out
-        x = [[Signal(signed(8), name=f"x_{b}_{k}") for k in range(bi)] for b in range(bt)]
-        w = [[Signal(signed(8), name=f"w_{n}_{k}") for k in range(bi)] for n in range(bo)]
+        x = [[Signal(signed(8), name=f"x_{b}_{k}", reset_less=True) for k in range(bi)] for b in range(bt)]
+        w = [[Signal(signed(8), name=f"w_{n}_{k}", reset_less=True) for k in range(bi)] for n in range(bo)]
         for b in range(bt):
             for k in range(bi):
                 m.d.sync += x[b][k].eq(self.inp[8 * (b * bi + k):][:8].as_signed())
@@ -145,9 +164,9 @@ class DotArray(wiring.Component):
             for n in range(bo):
                 terms = []
                 for k in range(bi):
-                    prod = Signal(signed(16), name=f"m_{b}_{n}_{k}")    # the multiplier's output register
-                    p = Signal(signed(16), name=f"p_{b}_{n}_{k}")       # its second (P) register
+                    prod = Signal(signed(16), name=f"m_{b}_{n}_{k}", reset_less=True)   # the multiplier's output
+                    p = Signal(signed(16), name=f"p_{b}_{n}_{k}", reset_less=True)      # its second (P) register
                     m.d.sync += [prod.eq(w[n][k] * x[b][k]), p.eq(prod)]
-                    terms.append(p)
+                    terms.append(p.as_unsigned() ^ PACK_BIAS)     # the product + 2^15 (|w*x| <= 2^14)
                 m.d.comb += self.dot[b * bo + n].eq(self._sum(m, terms, f"{b}_{n}"))
         return m

@@ -8,7 +8,7 @@ never faults).
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -48,7 +48,9 @@ class RegFile(wiring.Component):
         with m.If(aw_got & w_got):
             m.d.sync += [aw_got.eq(0), w_got.eq(0), b.bvalid.eq(1)]
             word = waddr[2:]
-            mask = Cat(*[wstrb[k].replicate(8) for k in range(4)])
+            # a byte mask per strobe bit (a Mux: a replicated bit is a concatenation of single wires in the
+            # Verilog, which Verilator evaluates bit by bit, every cycle)
+            mask = Cat(*[Mux(wstrb[k], 0xFF, 0x00) for k in range(4)])
             with m.If(word == OFFSET["CONTROL"] >> 2):
                 m.d.comb += [self.start.eq(wstrb[0] & wdata[0]),
                              self.abort.eq(wstrb[0] & wdata[1])]

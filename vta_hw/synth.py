@@ -27,7 +27,7 @@ from pathlib import Path
 
 from vta_hw.spec import load_config
 
-from . import timing
+from . import files, timing
 from .verilog import generate, source_hash
 
 
@@ -142,6 +142,12 @@ def synth(family: str, config=None, progress=print, force: bool = False) -> dict
     verilog = generate(cfg)
     out_dir = verilog.parent / "synth"
     cache = out_dir / f"result_{family}.json"
+    # one process at a time per family (yosys writes fixed names in out_dir); the others find its result
+    with files.locked(cache):
+        return _synth(family, cfg, verilog, out_dir, cache, progress, force)
+
+
+def _synth(family: str, cfg, verilog: Path, out_dir: Path, cache: Path, progress, force: bool) -> dict:
     key = source_hash() + "/" + timing.model_hash()
     old = json.loads(cache.read_text()) if cache.exists() else {}
     if old.get("sources") == key and not force:
@@ -158,7 +164,7 @@ def synth(family: str, config=None, progress=print, force: bool = False) -> dict
             "summary": summarise(cells, DEVICES[family]), "clock_mhz": cfg.fpga_freq,
             "timing": rep.to_json(), "timing_text": timing.format_report(rep, period, n=8),
             "targets": timing_targets(family, cfg)}
-    cache.write_text(json.dumps(data, indent=2))
+    files.write_atomic(cache, json.dumps(data, indent=2))   # readers without the lock see whole files
     return data
 
 

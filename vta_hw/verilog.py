@@ -1,8 +1,10 @@
-"""Verilog emission of the VTA core, cached under ``build/hw/<config hash>/``.
+"""Verilog emission of the VTA core, cached under ``hw/<config hash>/`` of the cache folder
+(``vta_hw.cache.cache_dir()``: ``$VTA_CACHE_DIR``, else the repository's ``build/``).
 
 ``python -m vta_hw.verilog [--config PATH] [--out FILE]`` writes the Verilog and prints its path.
 The cache entry is keyed by ``cfg.hash(hardware_only=True)`` and checked against a hash of the
-``vta_hw`` sources, so editing the hardware regenerates it.
+``vta_hw`` sources, so editing the hardware regenerates it. Concurrent writers take the entry's
+lock and publish each file by an atomic rename, so no process sees a part of a file.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ import sys
 import time
 from pathlib import Path
 
+from vta_hw.cache import cache_dir
+from vta_hw.files import locked, write_atomic
 from vta_hw.spec import Config, load_config
 
-REPO = Path(__file__).resolve().parent.parent
-BUILD_ROOT = REPO / "build"
 TOP_NAME = "vta_core"
 
 
-_NOT_HARDWARE = {"synth.py", "timing.py", "lint.py"}
+_NOT_HARDWARE = {"synth.py", "timing.py", "lint.py", "cache.py"}
 _SPEC_TOOLS = {"cli.py", "disasm.py", "disasm_cli.py"}
 
 
@@ -47,7 +49,7 @@ def strip_zero_init(text: str) -> str:
 
 
 def verilog_dir(cfg: Config) -> Path:
-    return BUILD_ROOT / "hw" / cfg.hash(hardware_only=True)
+    return cache_dir() / "hw" / cfg.hash(hardware_only=True)
 
 
 def generate(config=None, *, force: bool = False, quiet: bool = True) -> Path:
@@ -57,21 +59,26 @@ def generate(config=None, *, force: bool = False, quiet: bool = True) -> Path:
     out = out_dir / f"{TOP_NAME}.v"
     stamp = out_dir / "sources.sha"
     sh = source_hash()
-    if not force and out.exists() and stamp.exists() and stamp.read_text() == sh:
-        return out
-    from amaranth.back import verilog
 
-    from .core import VtaCore
-    t0 = time.perf_counter()
-    if not quiet:
-        print(f"[vta_hw] generating Verilog for {cfg.MODEL} (AXI {cfg.AXI_DATA_BITS}-bit) ...", flush=True)
-    text = strip_zero_init(verilog.convert(VtaCore(cfg), name=TOP_NAME, emit_src=False))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".v.tmp")
-    tmp.write_text(text)
-    tmp.replace(out)
-    stamp.write_text(sh)
-    (out_dir / "config.json").write_text(cfg.to_json())
+    def fresh() -> bool:
+        return out.exists() and stamp.exists() and stamp.read_text() == sh
+
+    if not force and fresh():
+        return out
+    with locked(out_dir):             # one writer at a time; the others then find its result
+        if not force and fresh():
+            return out
+        out_dir.mkdir(parents=True, exist_ok=True)
+        from amaranth.back import verilog
+
+        from .core import VtaCore
+        t0 = time.perf_counter()
+        if not quiet:
+            print(f"[vta_hw] generating Verilog for {cfg.MODEL} (AXI {cfg.AXI_DATA_BITS}-bit) ...", flush=True)
+        text = strip_zero_init(verilog.convert(VtaCore(cfg), name=TOP_NAME, emit_src=False))
+        write_atomic(out, text)           # the Verilog first: a stamp never vouches for an older file
+        write_atomic(stamp, sh)
+        write_atomic(out_dir / "config.json", cfg.to_json())
     if not quiet:
         print(f"[vta_hw] {out} ({len(text.splitlines())} lines, {time.perf_counter() - t0:.1f} s)", flush=True)
     return out

@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from vta_hw.cache import cache_dir as _cache_dir
 from vta_hw.spec import AluOp, MemType, Opcode
 
 from .errors import VTAError
@@ -31,14 +32,8 @@ class CxxBuildError(VTAError):
 
 def cache_dir() -> Path:
     """Where compiled C++ parts are cached: ``$VTA_CACHE_DIR``, else the repository's ``build/`` when it is
-    writable, else ``~/.cache/vta-py``."""
-    env = os.environ.get("VTA_CACHE_DIR")
-    if env:
-        return Path(env)
-    repo = Path(__file__).resolve().parent.parent
-    if (repo / "pyproject.toml").exists() and os.access(repo, os.W_OK):
-        return repo / "build"
-    return Path.home() / ".cache" / "vta-py"
+    writable, else ``~/.cache/vta-py`` (``vta_hw.cache.cache_dir``)."""
+    return _cache_dir()
 
 
 def compiler(what: str) -> str:
@@ -61,7 +56,8 @@ def enum_defines() -> list[str]:
     return [f"-D{name}={int(value)}" for name, value in enums]
 
 
-def _cpu_flags() -> str:
+def cpu_flags() -> str:
+    """The host CPU's feature flags (part of the cache key of a -march=native build)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("flags", "Features")):
@@ -85,7 +81,7 @@ def build(name: str, source: Path, flags: list[str], what: str) -> Path:
 
     parts = [source.read_text(), *command(Path("OUT")), version]
     if "-march=native" in flags:
-        parts.append(_cpu_flags())
+        parts.append(cpu_flags())
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
     path = cache_dir() / name / key / f"lib{name}.so"
     if path.exists():

@@ -166,11 +166,13 @@ def check_memory(cfg: Config, p: Program, i: int, op: int, mt: int, dram: Any = 
 
 
 def check_stream(cfg: Config, p: Program, dram: Any = None) -> None:
-    """Every static check of a whole stream, in stream order, then the FINISH check."""
+    """Every static check of a stream in stream order up to its first FINISH (the core dispatches,
+    and so checks, nothing after it), then the FINISH check."""
     for i in range(p.n):
         check_instruction(cfg, p, i, dram)
-    if Opcode.FINISH not in p.opcode:
-        raise MissingFinishError(f"the stream of {p.n} instructions has no FINISH instruction")
+        if p.opcode[i] == Opcode.FINISH:
+            return
+    raise MissingFinishError(f"the stream of {p.n} instructions has no FINISH instruction")
 
 
 def state_report(isa, p: Program, queues: Mapping[Stage, Sequence[int]], tokens: Mapping[str, int]) -> str:
@@ -195,14 +197,26 @@ def unbalanced_error(isa, p: Program, queues: Mapping[Stage, Sequence[int]],
     """The error for work or tokens left when FINISH has run, or None if the run is balanced."""
     leftovers = {s: list(q) for s, q in queues.items() if q}
     left_tokens = {t: c for t, c in tokens.items() if c}
-    if not (leftovers or left_tokens):
+    finish = p.opcode.index(Opcode.FINISH) if Opcode.FINISH in p.opcode else p.n
+    # instructions after FINISH that no module could run (their opcode or memory type is illegal)
+    orphans = [i for i in range(finish + 1, p.n) if p.stage[i] is None]
+    if not (leftovers or left_tokens or orphans):
         return None
     parts = [f"{s.name.lower()} has {len(ix)} instruction(s) left from #{ix[0]}" for s, ix in leftovers.items()]
+    if orphans:
+        parts.append(f"{len(orphans)} instruction(s) for no module left from #{orphans[0]}")
     parts += [f"{c} token(s) remain in {t} ({QUEUE_NAMES[t]})" for t, c in left_tokens.items()]
+    why = []
+    if orphans or any(ix[-1] > finish for ix in leftovers.values()):
+        why.append("nothing after the first FINISH runs")
+    if any(ix[0] < finish for ix in leftovers.values()):
+        why.append("a module waiting for a token that is never pushed cannot end")
+    if left_tokens:
+        why.append("every push needs a matching pop")
     return UnbalancedTokensError(
-        "FINISH ran but the program is not balanced: " + "; ".join(parts) +
-        " (every push needs a matching pop before FINISH)\n" + state_report(isa, p, queues, tokens),
-        min((ix[0] for ix in leftovers.values()), default=None))
+        "FINISH ran but the program is not balanced: " + "; ".join(parts) + f" ({'; '.join(why)})\n" +
+        state_report(isa, p, queues, tokens),
+        min([ix[0] for ix in leftovers.values()] + orphans[:1], default=None))
 
 
 def remaining_after(p: Program, retired: Mapping[Stage, int]) -> dict[Stage, list[int]]:

@@ -4,14 +4,21 @@ that talks to the real core: tsim now, the board drivers later. It only needs ``
 lets time pass between polls (tsim: clock the model; a board: sleep).
 
 Sequence of a run: check that nothing is running, write INSN_ADDR and INSN_COUNT, write START,
-poll CONTROL until BUSY drops (bounded by a wall-clock timeout), then read ERROR/ERROR_INSN/
-ERROR_INFO, the counters and the cycle count. :func:`Mmio.raise_for` turns an error into the
+poll CONTROL until BUSY drops, then read ERROR/ERROR_INSN/ERROR_INFO, the counters and the cycle
+count. The poll always has a bound: the caller's timeout if it gives one, and in any case a
+watchdog on the core's progress registers (instructions dispatched and retired, bytes moved, uops
+computed, bus beats). A core whose progress registers stay still for ``stall_timeout`` seconds
+(default :data:`DEFAULT_STALL_TIMEOUT`, or the environment variable ``VTA_STALL_TIMEOUT``) is
+stuck: it is aborted and the run raises :class:`DeviceTimeout` with the register dump. (A core
+that works always moves one of them within microseconds; a stream is finite, so they cannot move
+forever.) :func:`Mmio.raise_for` turns an error into the
 runtime's exception classes, with the message worded by ``vta_runtime.diagnose`` from the
 instruction stream and the state the hardware reports.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,6 +75,30 @@ ERROR_CLASSES: dict[int, type[DeviceError]] = {
 
 _MODULES = ("fetch", "load", "compute", "store")
 
+#: seconds without progress after which a running core counts as stuck (see the module docstring):
+#: the core moves a progress register every few cycles while it works, and tsim on a loaded machine
+#: simulates at least thousands of cycles a second, so 10 s is far beyond any working run's gap.
+DEFAULT_STALL_TIMEOUT = 10.0
+#: counters that only move when work is done (not the busy, stall and cycle counters, which also
+#: move while a module waits)
+PROGRESS_COUNTERS = tuple(n for n in COUNTERS if not n.endswith("_cycles"))
+#: seconds between two looks at the progress registers while polling
+_PROGRESS_EVERY = 0.05
+
+
+def stall_timeout_from_env(default: float = DEFAULT_STALL_TIMEOUT) -> float:
+    """``VTA_STALL_TIMEOUT`` (seconds, > 0) if set, else ``default``."""
+    raw = os.environ.get("VTA_STALL_TIMEOUT")
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise DeviceError(f"VTA_STALL_TIMEOUT={raw!r}: need a number of seconds greater than 0")
+    return value
+
 
 @dataclass
 class RunOutcome:
@@ -88,11 +119,15 @@ class RunOutcome:
 
 class Mmio:
     def __init__(self, read32: Callable[[int], int], write32: Callable[[int, int], None],
-                 wait: Callable[[], None] | None = None, *, clock: Callable[[], float] = time.monotonic):
+                 wait: Callable[[], None] | None = None, *, clock: Callable[[], float] = time.monotonic,
+                 stall_timeout: float | None = None):
         self.read32 = read32
         self.write32 = write32
         self.wait = wait or (lambda: time.sleep(1e-4))
         self.clock = clock
+        self.stall_timeout = stall_timeout_from_env() if stall_timeout is None else float(stall_timeout)
+        if not self.stall_timeout > 0:
+            raise DeviceError(f"stall_timeout={stall_timeout!r}: need a number of seconds greater than 0")
 
     # ------------------------------------------------------------------ registers
     def reg(self, name: str) -> int:
@@ -123,14 +158,32 @@ class Mmio:
     def abort(self) -> None:
         self.write32(OFFSET["CONTROL"], Control.ABORT)
 
-    def wait_idle(self, timeout: float | None) -> bool:
-        """Poll CONTROL until BUSY drops; False if ``timeout`` seconds passed first."""
-        deadline = None if timeout is None else self.clock() + timeout
+    def progress(self) -> tuple[int, ...]:
+        """The registers that move only when the core does work (see PROGRESS_COUNTERS)."""
+        return (self.reg("INSN_DISPATCHED"), *(self.read32(STATE_BASE + 4 * STATE.index(f"retired_{m}"))
+                                               for m in _MODULES[1:]),
+                *(self.read32(COUNTER_BASE + 4 * COUNTERS.index(n)) for n in PROGRESS_COUNTERS))
+
+    def wait_idle(self, timeout: float | None) -> str | None:
+        """Poll CONTROL until BUSY drops. Returns None then, "timeout" if ``timeout`` seconds (None:
+        no limit of its own) passed first, or "stuck" if the progress registers did not move for
+        ``stall_timeout`` seconds."""
+        start = self.clock()
+        deadline = None if timeout is None else start + timeout
+        last, moved, look = None, start, start
         while self.busy():
-            if deadline is not None and self.clock() > deadline:
-                return False
+            now = self.clock()
+            if deadline is not None and now > deadline:
+                return "timeout"
+            if now >= look:
+                seen = self.progress()
+                if seen != last:
+                    last, moved = seen, now
+                elif now - moved > self.stall_timeout:
+                    return "stuck"
+                look = now + min(_PROGRESS_EVERY, self.stall_timeout / 4)
             self.wait()
-        return True
+        return None
 
     def counters(self) -> dict[str, int]:
         out = {n: self.read32(COUNTER_BASE + 4 * k) for k, n in enumerate(COUNTERS)}
@@ -151,12 +204,12 @@ class Mmio:
                           insn=None if insn == NO_INSN else insn, info=self.reg("ERROR_INFO"),
                           cycles=counters["cycle_count"], counters=counters, state=self.state())
 
-    def run(self, insn_phys: int, insn_count: int, timeout: float | None) -> RunOutcome | None:
-        """Start a stream and wait for it; None if it is still running after ``timeout`` seconds."""
+    def run(self, insn_phys: int, insn_count: int, timeout: float | None) -> RunOutcome | str:
+        """Start a stream and wait for it: its outcome, or why the wait ended first ("timeout" after
+        ``timeout`` seconds, "stuck" when the core made no progress for ``stall_timeout`` seconds)."""
         self.start(insn_phys, insn_count)
-        if not self.wait_idle(timeout):
-            return None
-        return self.outcome()
+        why = self.wait_idle(timeout)
+        return self.outcome() if why is None else why
 
     # ------------------------------------------------------------------ explaining
     def state_lines(self, st: dict[str, int], insn_count: int | None = None) -> list[str]:
@@ -178,10 +231,29 @@ class Mmio:
         lines.append("  tokens : " + " ".join(f"{t}={st[f'tokens_{t}']}" for t in TOKEN_QUEUES))
         return lines
 
-    def timeout_error(self, timeout: float, cycles: int, insn_count: int, isa=None, words=None) -> DeviceTimeout:
+    def register_dump(self) -> list[str]:
+        """Every register of the run's outcome, state and counters, as lines (for a stuck core)."""
+        ctl, err = self.reg("CONTROL"), self.reg("ERROR")
+        lines = [f"  registers: CONTROL={ctl:#x} ERROR={err:#x} ERROR_INSN={self.reg('ERROR_INSN'):#x} "
+                 f"ERROR_INFO={self.reg('ERROR_INFO'):#x} INSN_ADDR={self.reg('INSN_ADDR'):#x} "
+                 f"INSN_COUNT={self.reg('INSN_COUNT')}"]
         st = self.state()
-        msg = [f"the VTA core did not finish within {timeout} s ({cycles} cycles). State:"]
+        lines.append("  state: " + " ".join(f"{n}={st[n]:#x}" for n in st))
+        lines.append("  counters: " + " ".join(f"{n}={v}" for n, v in self.counters().items()))
+        return lines
+
+    def timeout_error(self, timeout: float | None, cycles: int, insn_count: int, isa=None, words=None,
+                      stuck: bool = False) -> DeviceTimeout:
+        st = self.state()
+        if stuck:
+            msg = [f"the VTA core is stuck: no instruction dispatched or retired, no data moved and no uop "
+                   f"computed for {self.stall_timeout} s ({cycles} cycles into the run; VTA_STALL_TIMEOUT "
+                   "sets this bound). State:"]
+        else:
+            msg = [f"the VTA core did not finish within {timeout} s ({cycles} cycles). State:"]
         msg += self.state_lines(st, insn_count)
+        if stuck:
+            msg += self.register_dump()
         if isa is not None and words is not None:
             p = diagnose.Program(isa, words)
             q = diagnose.remaining_after(p, _retired(st))
@@ -260,13 +332,24 @@ class RegisterDevice:
     ABORT_POLLS = 50
 
     def __init__(self, config, read32: Callable[[int], int], write32: Callable[[int, int], None],
-                 wait: Callable[[], None] | None = None):
+                 wait: Callable[[], None] | None = None, *, stall_timeout: float | None = None):
         self.config = config
         self.isa = config.isa
-        self.mmio = Mmio(read32, write32, wait)
+        self.mmio = Mmio(read32, write32, wait, stall_timeout=stall_timeout)
         self.mmio.check_identity(config)
         self._stats = dict.fromkeys(("cycle_count", *COUNTERS), 0)
         self.last_outcome: RunOutcome | None = None
+
+    @property
+    def stall_timeout(self) -> float:
+        """Seconds a run may go without progress before the core counts as stuck (see the module docstring)."""
+        return self.mmio.stall_timeout
+
+    @stall_timeout.setter
+    def stall_timeout(self, seconds: float) -> None:
+        if not seconds > 0:
+            raise DeviceError(f"stall_timeout={seconds!r}: need a number of seconds greater than 0")
+        self.mmio.stall_timeout = float(seconds)
 
     # -- hooks
     def _instruction_words(self, insn_phys: int, insn_count: int):
@@ -301,9 +384,13 @@ class RegisterDevice:
         self._before_run()
         self.recover()
         outcome = self.mmio.run(insn_phys, insn_count, timeout)
-        if outcome is None:
-            err = self.mmio.timeout_error(timeout, self.mmio.counters()["cycle_count"], insn_count, self.isa, words)
-            self.recover()
+        if isinstance(outcome, str):   # the wait ended first: the core is still running
+            err = self.mmio.timeout_error(timeout, self.mmio.counters()["cycle_count"], insn_count, self.isa, words,
+                                          stuck=outcome == "stuck")
+            try:
+                self.recover()
+            except DeviceError as exc:
+                raise DeviceTimeout(f"{err}\n  and then: {exc}") from exc
             raise err
         self.last_outcome = outcome
         for k in COUNTERS:

@@ -33,7 +33,7 @@ SUBSECTIONS = ["get_started", "optimize", "frontend", "autotvm", "hardware"]
 TUTORIALS = [
     "vta_get_started.py",
     "matrix_multiply.py", "matrix_multiply_opt.py", "convolution_opt.py",
-    "deploy_classification.py", "deploy_detection.py", "deploy_other_networks.py",
+    "deploy_classification.py", "deploy_detection.py", "deploy_other_networks.py", "deploy_ppocr.py",
     "tune_conv2d.py", "tune_network.py",
     "config_to_bitstream.py",
 ]

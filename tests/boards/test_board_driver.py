@@ -4,18 +4,23 @@ mmap layer swapped: the register window is tsim's AXI-Lite port and the contiguo
 tsim's memory. Pynq and DE10-Nano configurations (the DE10-Nano's core differs in its AXI
 attributes, so it is its own build)."""
 
+import contextlib
 import ctypes
 import mmap
 import shutil
+import signal
 import struct
 import subprocess
+import time
 
 import numpy as np
 import pytest
 
 from boards.driver import DE10NANO_DMA_LIMIT, Arena, BoardDevice, DevMemWindow, check_arena_reachable, program_bitstream
-from vta_hw.spec import load_config
-from vta_runtime import CommandQueue, DeviceError, SramIndexError
+from vta_hw.spec import MemType, Opcode, load_config
+from vta_hw.spec.regmap import OFFSET, Control
+from vta_runtime import CommandQueue, DeviceError, DeviceTimeout, SramIndexError
+from vta_runtime.mmio import DEFAULT_STALL_TIMEOUT, stall_timeout_from_env
 from vta_runtime.programs import GemmTiling, blocked_gemm, gemm_reference, informative_shift
 
 
@@ -85,6 +90,103 @@ def test_board_device_reports_errors_and_keeps_working(board):
     with pytest.raises(SramIndexError, match="instruction 0: LOAD into INP covers SRAM indices"):
         board.run(insns, 2, timeout=30)
     test_board_device_runs_programs(board)
+
+
+class StuckWindow(TsimWindow):
+    """The register window of a core that hangs once a run starts: its registers still answer, but
+    nothing in it moves (as a core waiting forever on a bus that never answers, or with a stopped
+    clock, looks from the host). ABORT brings it back: the real core then stops the run."""
+
+    def __init__(self, tsim):
+        super().__init__(tsim)
+        self._read, self._write = self.read32, self.write32
+        self.read32, self.write32 = self._read_frozen, self._write_watched
+        self.hang_next_run = True
+        self.frozen: dict[int, int] | None = None
+
+    def _read_frozen(self, offset):
+        if self.frozen is None:
+            return self._read(offset)
+        if offset not in self.frozen:   # the first look at a register after the hang: its value stays
+            self.frozen[offset] = self._read(offset)
+        return self.frozen[offset]
+
+    def _write_watched(self, offset, value):
+        self._write(offset, value)
+        if offset == OFFSET["CONTROL"] and value & Control.ABORT:
+            self.frozen = None
+        elif offset == OFFSET["CONTROL"] and value & Control.START and self.hang_next_run:
+            self.hang_next_run, self.frozen = False, {}
+
+
+@contextlib.contextmanager
+def fails_instead_of_hanging(seconds):
+    def alarm(*_):
+        raise AssertionError(f"still waiting after {seconds} s: the wait has no bound")
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_a_stuck_core_raises_with_the_register_dump_and_recovers():
+    """A compiled kernel's Synchronize waits without a timeout of its own: a stuck core still ends
+    the wait (no progress for stall_timeout seconds) with the registers in the message, is aborted,
+    and the next run works."""
+    tsim_mod = pytest.importorskip("sim.tsim")
+    if not tsim_mod.verilator_available():
+        pytest.skip("Verilator is not installed")
+    cfg = load_config({**load_config().cfg_dict, "TARGET": "pynq"})
+    t = tsim_mod.TsimDevice(cfg)
+    try:
+        window = StuckWindow(t)
+        dev = BoardDevice(cfg, window=window, arena=Arena(t.dram.data, 0))
+        assert dev.stall_timeout == DEFAULT_STALL_TIMEOUT
+        dev.stall_timeout = 0.3
+        cq = CommandQueue(dev)
+        rng = np.random.default_rng(7)
+        a = rng.integers(-128, 128, (8, 128), dtype=np.int8)
+        b = rng.integers(-128, 128, (32, 128), dtype=np.int8)
+        shift = informative_shift(a, b)
+        with fails_instead_of_hanging(60), pytest.raises(DeviceTimeout) as e:
+            blocked_gemm(cq, a, b, shift, GemmTiling(2, 1, 4, 2))      # its synchronize passes no timeout
+        msg = str(e.value)
+        assert "the VTA core is stuck: no instruction dispatched or retired, no data moved and no uop computed " \
+               "for 0.3 s" in msg
+        assert "  registers: CONTROL=0x1 ERROR=0x0" in msg and "  counters: inp_load_nbytes=" in msg
+        assert "  fetch  :" in msg and "  compute:" in msg
+        assert not dev.mmio.busy()                                        # aborted
+        cq = CommandQueue(dev)
+        np.testing.assert_array_equal(blocked_gemm(cq, a, b, shift, GemmTiling(2, 1, 4, 2)),
+                                      gemm_reference(a, b, shift))
+        # a long run that keeps moving is not stuck, however long it takes beside the bound
+        isa = cfg.isa
+        ub = dev.alloc(4096)
+        dev.write(ub, np.zeros(1, np.uint32))
+        words = [isa.load(MemType.UOP, 0, ub // 4, 1, 1, 1),
+                 isa.gemm.encode(opcode=Opcode.GEMM, uop_end=1, iter_out=200, iter_in=100), isa.finish_insn()]
+        insns = dev.alloc(64)
+        dev.write(insns, b"".join(w.to_bytes(16, "little") for w in words))
+        dev.stall_timeout = 0.05
+        dev.clear_stats()
+        started = time.monotonic()
+        with fails_instead_of_hanging(120):
+            dev.run(insns, 3)
+        assert dev.stats()["gemm_counter"] == 20000 and time.monotonic() - started > 0.05
+    finally:
+        t.close()
+
+
+def test_stall_timeout_from_the_environment(monkeypatch):
+    monkeypatch.setenv("VTA_STALL_TIMEOUT", "2.5")
+    assert stall_timeout_from_env() == 2.5
+    for bad in ("soon", "0", "-1", "inf", "nan"):
+        monkeypatch.setenv("VTA_STALL_TIMEOUT", bad)
+        with pytest.raises(DeviceError, match=f"VTA_STALL_TIMEOUT='{bad}': need a number of seconds greater than 0"):
+            stall_timeout_from_env()
 
 
 def test_board_device_refuses_a_simulator_target():

@@ -109,6 +109,51 @@ def test_program_fpga_is_a_no_op_on_a_simulator(server, tmp_path, monkeypatch, t
     assert not (tmp_path / "empty-cache").exists()
 
 
+def _init(remote, name):
+    return remote.get_function("tvm.contrib.vta.init")(name)
+
+
+def test_init_takes_only_files_of_the_work_folder(server, tmp_path):
+    """init (and so status) reaches no file the client did not upload: an absolute path, a path out
+    of the work folder, even to the server's own state, is refused and nothing is recorded."""
+    before = server.call(status)["bitstream"]
+    for name in ("/etc/hostname", "../x.bit", f"{server.state}/config.json", "sub/../../config.json"):
+        with pytest.raises(Exception, match=rf"tvm.contrib.vta.init: '{name}' is not a file in this server's work "
+                                            "folder .*: the server only takes files that were uploaded to it"):
+            server.call(_init, name)
+    assert server.call(status)["bitstream"] == before
+    with pytest.raises(Exception, match=r"no bitstream 'missing.bit' on the server \(upload it first\)"):
+        server.call(_init, "missing.bit")
+    bit = tmp_path / "up.bit"
+    bit.write_bytes(os.urandom(512))
+
+    def upload_and_init(remote):
+        remote.upload(str(bit))
+        return _init(remote, "up.bit")
+    assert "recorded up.bit" in server.call(upload_and_init)
+    assert server.call(status)["bitstream"] == {"name": "up.bit", "sha256": file_digest(bit)}
+
+
+def test_a_server_beyond_loopback_warns(monkeypatch, tmp_path, capsys):
+    from vta_compiler.exec import rpc_server
+    for host in ("127.0.0.1", "localhost", "::1"):
+        assert rpc_server.exposure_warning(host, 9091) is None
+    for host in ("0.0.0.0", "::", "192.168.2.99"):
+        msg = rpc_server.exposure_warning(host, 9091)
+        assert msg.startswith(f"WARNING: the VTA RPC server listens on {host}:9091, beyond this machine. TVM's RPC "
+                              "has no authentication: anyone who can reach this port can upload files and load "
+                              "native modules")
+        assert "SSH tunnel" in msg and "tracker" in msg
+    # start_server says it before it binds (tvm's Server stands aside: this test binds nothing beyond loopback)
+    bound = []
+    monkeypatch.setattr(rpc, "Server", lambda host, port, *a, **k: bound.append((host, port)))
+    rpc_server.start_server("0.0.0.0", 9093, state_dir=str(tmp_path / "s"))
+    rpc_server.start_server("127.0.0.1", 9094, state_dir=str(tmp_path / "t"))
+    err = capsys.readouterr().err
+    assert bound == [("0.0.0.0", 9093), ("127.0.0.1", 9094)]
+    assert err.count("WARNING: the VTA RPC server listens on") == 1 and "0.0.0.0:9093" in err
+
+
 @pytest.mark.parametrize("target", ["de10nano", "zcu104"])
 def test_testing_run_reaches_a_board_target_over_rpc(server, monkeypatch, target):
     """vta.testing.run with a board TARGET: the server named by VTA_RPC_HOST/PORT (here the loopback

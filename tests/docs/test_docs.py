@@ -21,7 +21,7 @@ def _load_build_module():
 
 
 docs_build = _load_build_module()
-pytest.importorskip("sphinx_gallery", reason="the docs extra is not installed (pip install -e .[docs])")
+pytest.importorskip("sphinx_gallery", reason="the test extra is not installed (pip install -e .[test])")
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +48,7 @@ def test_every_tutorial_ran_and_shows_its_output(site):
         "get_started/vta_get_started": "equal to numpy: True",
         "frontend/deploy_classification": "exact against the CPU: True",
         "frontend/deploy_other_networks": "exact against the CPU: True",
+        "frontend/deploy_ppocr": "VTA equals the CPU int8 run: True",
         "optimize/tune_conv2d": "the tuned layer on fsim equals numpy: True",
         "frontend/tune_network": "equals the CPU run of the quantized network: True",
     }

@@ -5,6 +5,7 @@ import pytest
 
 from vta_hw.spec import AluOp, Isa, MemType, Opcode
 from vta_runtime import (
+    CommandQueue,
     DeadlockError,
     DramAccessError,
     IllegalInstructionError,
@@ -111,23 +112,81 @@ def test_sram_index_past_depth(make_device):
 
 
 def test_gemm_index_past_depth_found_at_run_time(make_device):
+    """A loop whose index passes a buffer runs up to its first bad uop, as the core does: the
+    error names that uop's index (not the loop's largest), the uops before it are counted, and
+    their results are in the SRAMs (which a later run stores)."""
     dev = make_device()
     cfg = dev.config
     isa = cfg.isa
+    depth = cfg.ACC_BUFF_DEPTH
+    rng = np.random.default_rng(3)
+    lanes = cfg.BATCH * cfg.BLOCK_OUT
+    acc = rng.integers(-2000, 2000, (16, lanes), dtype=np.int32)
+    acc_top = rng.integers(-2000, 2000, (3, lanes), dtype=np.int32)    # rows depth-3 .. depth-1
+    inp = rng.integers(-20, 20, (cfg.BATCH, cfg.BLOCK_IN), dtype=np.int8)
+    wgt = rng.integers(-20, 20, (cfg.BLOCK_OUT, cfg.BLOCK_IN), dtype=np.int8)
+    bufs = {}
     uop = np.array([isa.uop.encode(dst_idx=5, src_idx=0, wgt_idx=0)], np.uint32)
-    ubuf = dev.alloc(4096)
-    dev.write(ubuf, uop)
-    words = [isa.load(MemType.UOP, 0, ubuf // 4, 1, 1, 1),
-             isa.gemm.encode(opcode=Opcode.GEMM, uop_end=1, iter_out=2, iter_in=1,
-                             dst_factor_out=cfg.ACC_BUFF_DEPTH - 5),
-             finish(isa)]
+    for name, data in (("uop", uop), ("acc", acc), ("acc_top", acc_top), ("inp", inp), ("wgt", wgt),
+                       ("out", np.zeros(4096, np.int8))):
+        bufs[name] = dev.alloc(4096)
+        dev.write(bufs[name], data)
+    eb = cfg.ACC_ELEM_BYTES
+    loads = [isa.load(MemType.UOP, 0, bufs["uop"] // 4, 1, 1, 1),
+             isa.load(MemType.ACC, 0, bufs["acc"] // eb, 1, 16, 16),
+             isa.load(MemType.ACC, depth - 3, bufs["acc_top"] // eb, 1, 3, 3),
+             isa.load(MemType.INP, 0, bufs["inp"] // cfg.INP_ELEM_BYTES, 1, 1, 1),
+             isa.load(MemType.WGT, 0, bufs["wgt"] // cfg.WGT_ELEM_BYTES, 1, 1, 1, push_next_dep=1)]
+
+    def stored_rows(first, count):
+        run(dev, [isa.store(first, bufs["out"] // cfg.OUT_ELEM_BYTES, 1, count, count), finish(isa)])
+        return np.frombuffer(dev.read(bufs["out"], count * cfg.OUT_ELEM_BYTES), np.int8).reshape(count, lanes)
+
+    # rows 5..12, then depth-3..depth+4: the first bad row is depth (the 12th uop), the largest depth+4
+    gemm = isa.gemm.encode(opcode=Opcode.GEMM, pop_prev_dep=1, uop_end=1, iter_out=2, iter_in=8, dst_factor_in=1,
+                           dst_factor_out=depth - 8)
     with pytest.raises(SramIndexError) as e:
-        run(dev, words)
-    assert f"instruction 1: GEMM ACC (dst) index {cfg.ACC_BUFF_DEPTH} is past the buffer depth" in str(e.value)
-    words[1] = isa.alu.encode(opcode=Opcode.ALU, uop_end=1, iter_out=1, iter_in=3,
-                              src_factor_in=cfg.ACC_BUFF_DEPTH // 2, alu_opcode=AluOp.ADD)
-    with pytest.raises(SramIndexError, match="instruction 1: ALU ACC .src. index"):
-        run(dev, words)
+        run(dev, [*loads, gemm, finish(isa)])
+    assert f"instruction 5: GEMM ACC (dst) index {depth} is past the buffer depth {depth}" in str(e.value)
+    assert e.value.index == 5 and dev.stats()["gemm_counter"] == 11
+    dot = (inp.astype(np.int32) @ wgt.astype(np.int32).T).reshape(lanes)
+    assert np.array_equal(stored_rows(5, 8), (acc[5:13] + dot).astype(np.int8))
+    assert np.array_equal(stored_rows(depth - 3, 3), (acc_top + dot).astype(np.int8))
+
+    # ALU sources 0..3, then depth-2..depth+1 into rows 5..12: the 7th uop fails on source depth
+    dev.clear_stats()
+    alu = isa.alu.encode(opcode=Opcode.ALU, uop_end=1, iter_out=2, iter_in=4, dst_factor_in=1, dst_factor_out=4,
+                         src_factor_in=1, src_factor_out=depth - 2, alu_opcode=AluOp.ADD)
+    with pytest.raises(SramIndexError) as e:
+        run(dev, [*loads[:3], alu, finish(isa)])
+    assert f"instruction 3: ALU ACC (src) index {depth} is past the buffer depth {depth}" in str(e.value)
+    assert dev.stats()["alu_counter"] == 6
+    want = np.concatenate([acc[5:9] + acc[0:4], acc[9:11] + acc_top[1:3]])
+    assert np.array_equal(stored_rows(5, 6), want.astype(np.int8))
+
+
+@pytest.mark.parametrize("op", ["gemm", "alu"])
+def test_runtime_uop_loop_out_of_range_reports_the_first_bad_index(make_device, op):
+    """Through the runtime: a uop loop whose rows run past ACC (0, 2, 4, ...) stops at the first
+    row past it (depth), not the loop's last (2*depth - 2), with the uops before it counted."""
+    dev = make_device()
+    cfg = dev.config
+    depth = cfg.ACC_BUFF_DEPTH
+    cq = CommandQueue(dev)
+
+    def kernel(_sig):
+        cq.uop_loop_begin(depth, 2, 0, 0)
+        if op == "gemm":
+            cq.uop_push(0, 0, 0, 0, 0)
+        else:
+            cq.uop_push(1, 0, 0, 0, 0, AluOp.ADD, 1, 3)
+        cq.uop_loop_end()
+    (cq.push_gemm_op if op == "gemm" else cq.push_alu_op)("past-acc", kernel)
+    with pytest.raises(SramIndexError) as e:
+        cq.synchronize()
+    what = "GEMM ACC (dst)" if op == "gemm" else "ALU ACC (dst)"
+    assert f"{what} index {depth} is past the buffer depth {depth}" in str(e.value)
+    assert dev.stats()[f"{op}_counter"] == depth // 2
 
 
 def test_dram_access_outside_allocation(make_device):
@@ -149,6 +208,45 @@ def test_missing_finish(make_device):
     isa = dev.config.isa
     with pytest.raises(MissingFinishError, match="the stream of 2 instructions has no FINISH"):
         run(dev, [isa.load(MemType.INP, 0, 0, 0, 0, 0), isa.load(MemType.WGT, 0, 0, 0, 0, 0)])
+
+
+def test_load_and_store_go_on_after_finish(make_device):
+    """FINISH stops compute only: a load that waits for a token compute pushed, and a store that
+    waits for nothing, still run to the end (as the core does), and the counters count them."""
+    dev = make_device()
+    isa = dev.config.isa
+    cfg = dev.config
+    lanes = cfg.BATCH * cfg.BLOCK_OUT
+    acc = (np.arange(lanes, dtype=np.int32) * 37 - 300).astype(np.int32)
+    abuf, ibuf, ubuf, obuf = dev.alloc(4096), dev.alloc(4096), dev.alloc(4096), dev.alloc(1 << 16)
+    dev.write(abuf, acc)
+    dev.write(ibuf, np.zeros(4 * cfg.INP_ELEM_BYTES, np.uint8))
+    dev.write(ubuf, np.zeros(1, np.uint32))     # dst 0, src 0
+    words = [isa.load(MemType.UOP, 0, ubuf // 4, 1, 1, 1),
+             isa.load(MemType.ACC, 0, abuf // cfg.ACC_ELEM_BYTES, 1, 1, 1),
+             isa.alu.encode(opcode=Opcode.ALU, push_prev_dep=1, uop_end=1, iter_out=1, iter_in=1,
+                            alu_opcode=AluOp.ADD, use_imm=1, imm=5),
+             isa.load(MemType.INP, 0, ibuf // cfg.INP_ELEM_BYTES, 1, 4, 4, pop_next_dep=1),
+             finish(isa)]
+    run(dev, words)
+    s = dev.stats()
+    assert (s["inp_load_nbytes"], s["alu_counter"], s["uop_load_nbytes"]) == (4 * cfg.INP_ELEM_BYTES, 1, 4)
+    # a lone STORE of 1000 rows before FINISH: every row is written; row 0 is what the ALU left in OUT
+    dev.clear_stats()
+    run(dev, [isa.store(0, obuf // cfg.OUT_ELEM_BYTES, 1, 1000, 1000), finish(isa)])
+    assert dev.stats()["out_store_nbytes"] == 1000 * cfg.OUT_ELEM_BYTES
+    row0 = np.frombuffer(dev.read(obuf, cfg.OUT_ELEM_BYTES), np.int8)
+    assert np.array_equal(row0, (acc + 5).astype(np.int8))
+
+
+def test_illegal_instruction_after_finish_is_left_over(make_device):
+    """Nothing after the first FINISH is dispatched, so nothing there is checked: an illegal opcode
+    after it is a leftover instruction, as the core reports it."""
+    dev = make_device()
+    isa = dev.config.isa
+    with pytest.raises(UnbalancedTokensError, match=r"1 instruction\(s\) for no module left from #1") as e:
+        run(dev, [finish(isa), 5])
+    assert e.value.index == 1
 
 
 def test_instructions_after_finish_are_reported(make_device):

@@ -1,5 +1,6 @@
 """A fixed-seed batch of the differential fuzzer (fsim vs tsim); ``nox -s fuzz -- N`` runs more."""
 
+import numpy as np
 import pytest
 
 tsim = pytest.importorskip("sim.tsim")
@@ -33,3 +34,58 @@ def test_reproducer_round_trip(tmp_path, monkeypatch):
     path = fuzz.save(prog, problems)
     assert fuzz.load(path).insns == prog.insns
     assert fuzz.replay(path) == []
+
+
+BATCH_SHAPES = ("no sync at the end", "a loop past a buffer", "sparse inputs", "run twice")
+
+
+def _batch_programs(name, seeds):
+    from sim.fsim import FsimDevice
+    cfg = fuzz.load_config(fuzz.configs()[name])
+    for seed in seeds:
+        yield fuzz.make_program(name, seed, FsimDevice(cfg, dram_bytes=fuzz.DRAM_BYTES).alloc)
+
+
+def test_fixed_batch_has_every_shape():
+    """The default suite's batch has programs of each shape (so test_fixed_seed_batch compares them)."""
+    seen = {shape: 0 for shape in BATCH_SHAPES}
+    for prog in _batch_programs("1x16x16", range(20240, 20240 + 150)):
+        for note in prog.notes:
+            seen[note.split(" (")[0]] += 1
+    assert all(n >= 5 for n in seen.values()), seen
+
+
+def _largest_index(dev, words, i, what):
+    """The largest index the loop of GEMM/ALU instruction i reaches in operand ``what`` (dst/src/wgt)."""
+    isa = dev.config.isa
+    w = int(words[i, 0]) | int(words[i, 1]) << 64
+    f = isa.decode(w)
+    uops = [isa.uop.decode(int(u)) for u in dev.uop[f["uop_bgn"]:f["uop_end"], 0]]
+    base = max(u[f"{what}_idx"] for u in uops)
+    return base + (f["iter_out"] - 1) * f[f"{what}_factor_out"] + (f["iter_in"] - 1) * f[f"{what}_factor_in"]
+
+
+def test_loop_errors_are_compared_by_first_index_and_counters():
+    """Programs with a loop past a buffer fail alike on fsim and tsim: same instruction, same first
+    failing index (often not the loop's largest), same compute counters (the uops before it ran)."""
+    import re
+
+    seeds = [p.seed for p in _batch_programs("1x16x16", range(20240, 20240 + 150)) if "a loop past a buffer" in p.notes]
+    first_not_largest = 0
+    for seed in seeds:
+        fs, ts = fuzz._fresh_pair("1x16x16", seed)
+        try:
+            prog = fuzz.make_program("1x16x16", seed, fs.alloc)
+            for _, data in prog.buffers:   # the same allocations on tsim
+                ts.alloc(data.size)
+            fe, _, fst, _ = fuzz._run_on(fs, prog)
+            te, _, tst, _ = fuzz._run_on(ts, prog)
+        finally:
+            ts.close()
+        assert fe == te and fe[0] == "SramIndexError", (prog.seed, fe, te)
+        assert all(fst[k] == tst[k] for k in fuzz.COMPUTE_COUNTERS), (prog.seed, fst, tst)
+        m = re.search(r"(ACC \(dst\)|ACC \(src\)|INP \(src\)|WGT) index (\d+)", fe[2])
+        what = {"ACC (dst)": "dst", "ACC (src)": "src", "INP (src)": "src", "WGT": "wgt"}[m.group(1)]
+        words = np.frombuffer(prog.insns, "<u8").reshape(-1, 2)
+        first_not_largest += int(m.group(2)) < _largest_index(fs, words, fe[1], what)
+    assert len(seeds) >= 5 and first_not_largest >= 5, (seeds, first_not_largest)

@@ -49,13 +49,15 @@ def resnet18_tasks(env, layers: list[str] | None = None, network: bool = True):
 
 def ship(log: Path, config, dest: Path) -> int:
     """Write ``dest`` with the log's records for ``config`` and ``dest``'s own records for other configurations."""
+    from vta_hw.files import locked, write_atomic
+
     from ..tiling.records import config_hash, read_records
     want = config_hash(config)
     mine = [line for line in log.read_text().splitlines() if line.strip() and _config_of(line) == want]
-    keep = [line for line in dest.read_text().splitlines() if line.strip() and _config_of(line) not in (want, None)] \
-        if dest.exists() else []
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text("\n".join(keep + mine) + "\n")
+    with locked(dest):            # a read-modify-write: two shippers must not drop each other's records
+        old = dest.read_text().splitlines() if dest.exists() else []
+        keep = [line for line in old if line.strip() and _config_of(line) not in (want, None)]
+        write_atomic(dest, "\n".join(keep + mine) + "\n")
     read_records(dest)            # readable
     return len(mine)
 

@@ -16,17 +16,26 @@ device API, and
   measurements, ``vta_compiler.autotune``).
 
 Sessions are forked from the server's worker process, so state that must outlive a session (the
-current configuration, the programmed bitstream) is kept in a state directory on disk.
-By default the server binds to localhost; pass ``--host 0.0.0.0`` to serve a network.
+current configuration, the programmed bitstream) is kept in a state directory on disk. A path a
+client passes (the bitstream of ``init``) must name a file in the session's work folder, where
+``remote.upload`` puts files; any other path is refused.
+
+TVM's RPC has no authentication: whoever reaches the port can upload files and load native
+modules, that is, run code on this machine as the server's user. By default the server binds to
+localhost; ``--host 0.0.0.0`` serves every network the machine is on, and the server warns. Serve
+a board on a private link (a cable to the host), behind the tracker on such a network, or keep
+it on localhost and reach it through an SSH tunnel (``ssh -L 9091:localhost:9091 board``).
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
 import os
 import signal
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -73,13 +82,26 @@ class ServerState:
         self.activate()
         return f"reconfigured: {old.MODEL} -> {new.MODEL}"
 
+    # -- the paths clients pass
+    def work_folder(self) -> Path:
+        """The session's work folder (where remote.upload puts files); outside a session, the state directory."""
+        import tvm
+        workpath = tvm.get_global_func("tvm.rpc.server.workpath", allow_missing=True)
+        return Path(workpath("") if workpath else self.dir).resolve()
+
+    def confined(self, file_name: str, what: str) -> Path:
+        """``file_name`` resolved in the work folder (links followed); a path that leads out of it is refused."""
+        folder = self.work_folder()
+        path = (folder / file_name).resolve()
+        if folder not in path.parents:
+            raise PermissionError(f"{what}: {file_name!r} is not a file in this server's work folder {folder}: the "
+                                  "server only takes files that were uploaded to it (remote.upload, then pass the "
+                                  "name)")
+        return path
+
     # -- tvm.contrib.vta.init
     def program(self, file_name: str) -> str:
-        import tvm
-        path = Path(file_name)
-        if not path.is_absolute():
-            workpath = tvm.get_global_func("tvm.rpc.server.workpath", allow_missing=True)
-            path = Path(workpath(file_name)) if workpath else path
+        path = self.confined(file_name, "tvm.contrib.vta.init")
         if not path.is_file():
             raise FileNotFoundError(f"tvm.contrib.vta.init: no bitstream {file_name!r} on the server (upload it "
                                     "first)")
@@ -141,6 +163,26 @@ def make_state_dir(config: str | None, state_dir: str | None = None) -> str:
     return str(d)
 
 
+def is_loopback(host: str) -> bool:
+    """True if every address ``host`` names is a loopback address (127.0.0.0/8, ::1)."""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def exposure_warning(host: str, port: int) -> str | None:
+    """The warning for a server bound to ``host``, or None on loopback."""
+    if is_loopback(host):
+        return None
+    return (f"WARNING: the VTA RPC server listens on {host}:{port}, beyond this machine. TVM's RPC has no "
+            "authentication: anyone who can reach this port can upload files and load native modules, that is, "
+            "run any code here as this user. Serve only a private link (the board cabled to its host), a private "
+            "network behind the tracker, or bind to 127.0.0.1 and reach the server through an SSH tunnel "
+            "(ssh -L PORT:localhost:PORT this-machine).")
+
+
 def start_server(host: str = "127.0.0.1", port: int = 9091, port_end: int = 9199, key: str | None = None,
                  tracker: str | None = None, config: str | None = None, state_dir: str | None = None):
     """Start a TVM RPC server with the VTA functions; returns the ``tvm.rpc.Server``.
@@ -159,6 +201,9 @@ def start_server(host: str = "127.0.0.1", port: int = 9091, port_end: int = 9199
     sdir = make_state_dir(config, state_dir)
     if key is None:
         key = load_config(config).TARGET if tracker_addr else ""
+    warning = exposure_warning(host, port)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     return rpc.Server(host, port, port_end, key=key, tracker_addr=tracker_addr,
                       server_init_callback=functools.partial(server_init, sdir))
 
@@ -166,7 +211,8 @@ def start_server(host: str = "127.0.0.1", port: int = 9091, port_end: int = 9199
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m vta_compiler.exec.rpc_server", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only; TVM's RPC has no "
+                   "authentication, see above)")
     p.add_argument("--port", type=int, default=9091)
     p.add_argument("--port-end", type=int, default=9199)
     p.add_argument("--key", help="key announced to the tracker (default: the configuration's TARGET)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
-from .ir import Const, Graph, GraphError, Node
+from .ir import TUPLE_ITEM, Const, Graph, GraphError, Node
 
 AFFINE = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
 #: the canonical layer ops
@@ -71,10 +71,17 @@ def _affine_nodes(bn: Node, scale: np.ndarray, shift: np.ndarray) -> tuple[Node,
 def fold_constants(g: Graph) -> Graph:
     """Replace every operator whose inputs are all constants by its value (computed in numpy)."""
     from .evaluate import evaluate_node
+    tuples: dict[int, list[np.ndarray]] = {}        # folded tuple nodes' field values
     for n in list(g.nodes):
-        if n.op != "input" and not n.inputs and n.op not in LAYERS and n.tensor_args:
+        if n.op == TUPLE_ITEM and id(n.args[0]) in tuples:
+            g.replace_uses(n, Const(tuples[id(n.args[0])][n.attrs["index"]]))
+            g.nodes.remove(n)
+        elif n.op != "input" and not n.inputs and n.op not in LAYERS and n.tensor_args:
             value = evaluate_node(n, [a.value for a in n.tensor_args])
-            g.replace_uses(n, Const(value))
+            if n.is_tuple:
+                tuples[id(n)] = value
+            else:
+                g.replace_uses(n, Const(value))
             g.nodes.remove(n)
     return g
 
@@ -229,6 +236,7 @@ def canonicalize(g: Graph) -> Graph:
         elif node.op == "relax.matmul":
             new = _dense_from(node)
         if new is not None:
+            new.source = node.source
             g.nodes[g.nodes.index(node)] = new
             g.replace_uses(node, new)
     changed = True

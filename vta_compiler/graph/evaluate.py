@@ -12,7 +12,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .ir import Const, Graph, Node
+from .ir import TUPLE_ITEM, Const, Graph, Node
 
 _compiled: dict[str, relax.VirtualMachine] = {}
 
@@ -128,6 +128,10 @@ def _numpy_op(node: Node, vals: list[np.ndarray]) -> np.ndarray | None:
         return np.transpose(vals[0], axes)
     if op == "relax.concat":
         return np.concatenate(vals, axis=int(a.axis))
+    if op == "relax.split":
+        ind = a.indices_or_sections
+        where = int(ind) if isinstance(ind, (int, tvm.tirx.IntImm)) else [int(v) for v in ind]
+        return np.split(vals[0], where, axis=int(a.axis))
     if op == "relax.nn.softmax":
         z = vals[0] - vals[0].max(axis=int(a.axis), keepdims=True)
         e = np.exp(z)
@@ -148,11 +152,16 @@ def _relax_op(node: Node, vals: list[np.ndarray]) -> np.ndarray:
     vm = _compiled.get(key)
     if vm is None:
         vm = _compiled[key] = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
-    return vm["main"](*[tvm.runtime.tensor(np.asarray(v, order="C")) for v in vals]).numpy()   # 0-d stays 0-d
+    res = vm["main"](*[tvm.runtime.tensor(np.asarray(v, order="C")) for v in vals])
+    if node.is_tuple:
+        return [r.numpy() for r in res]
+    return res.numpy()   # 0-d stays 0-d
 
 
 def evaluate_node(n: Node, args: list[np.ndarray]) -> np.ndarray:
-    """One node's value from its tensor arguments' values."""
+    """One node's value from its tensor arguments' values (a tuple node's: a list, one array per field)."""
+    if n.op == TUPLE_ITEM:
+        return args[0][n.attrs["index"]]
     if n.op == "conv2d":
         at = n.attrs
         y = conv2d_nchw(args[0], at["weight"], at["strides"], at["padding"], at["dilation"], at["groups"])
@@ -171,6 +180,8 @@ def evaluate_node(n: Node, args: list[np.ndarray]) -> np.ndarray:
             y = _relax_op(n, args)
         elif n.attrs.get("act") is not None:
             y = _act(y, n.attrs["act"])
+    if n.is_tuple:
+        return [np.asarray(v).astype(d, copy=False).reshape(s) for v, (s, d) in zip(y, n.fields)]
     return np.asarray(y).astype(n.dtype, copy=False).reshape(n.shape)
 
 

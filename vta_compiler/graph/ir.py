@@ -6,6 +6,17 @@ constants (numpy arrays), and it knows its static shape and dtype. ``Graph.from_
 flat Relax function (one dataflow block, static shapes), ``Graph.emit_call`` writes a node back as
 the same Relax call on new arguments, which is how any operator the passes do not know keeps
 working.
+
+A call that returns a tuple (``split``, ``topk``, ...) is a *tuple node*: its ``fields`` hold each
+field's (shape, dtype), its ``shape`` is ``()``, and each field is read by a ``tuple_get_item``
+node (op ``TUPLE_ITEM``, ``attrs["index"]``) whose shape and dtype are the field's. A Relax
+variable bound to a tuple stands for the list of its item nodes, so ``TupleGetItem``, a tuple
+passed to another call (``concat``) and a tuple returned all read the items. ``emit_call`` writes
+an item node back as ``TupleGetItem`` of its tuple.
+
+If the function carries the attribute ``vta.source_names`` (a map from a binding's variable name
+to the operator it came from, e.g. the ONNX node ``"split_0 (Split)"``), each node keeps that in
+``source`` and ``describe(node)`` names both, for error messages.
 """
 
 from __future__ import annotations
@@ -20,6 +31,12 @@ from tvm import relax
 
 class GraphError(ValueError):
     """A network the whole-network flow cannot read (dynamic shapes, control flow, ...)."""
+
+
+#: the op of a node that reads one field of a tuple node
+TUPLE_ITEM = "tuple_get_item"
+#: the function attribute that maps binding names to the operators they came from (an importer sets it)
+SOURCE_NAMES = "vta.source_names"
 
 
 @dataclass(eq=False)
@@ -52,6 +69,14 @@ class Node:
     dtype: str = "float32"
     call: Any = None
     attrs: dict = field(default_factory=dict)
+    #: a tuple node's fields, [(shape, dtype), ...]; None for a tensor
+    fields: list | None = None
+    #: the operator of the imported model this node came from (e.g. an ONNX node), if known
+    source: str | None = None
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.fields is not None
 
     @property
     def inputs(self) -> list[Node]:
@@ -73,6 +98,11 @@ class _Unused:
         self.what = what
 
 
+def describe(n: Node) -> str:
+    """The node's name, and the imported operator it came from when known (for error messages)."""
+    return f"{n.name} (from {n.source})" if n.source else n.name
+
+
 def flat_args(args: list) -> list:
     out = []
     for a in args:
@@ -88,6 +118,25 @@ def _static_shape(ty, what: str) -> tuple[int, ...]:
     except (TypeError, ValueError):
         raise GraphError(f"{what}: the shape {ty.shape} is not static; the VTA flow compiles static shapes "
                          "(bind the dynamic dimensions, e.g. from_onnx(model, shape_dict=...))") from None
+
+
+def _tuple_node(name: str, call, args: list, ty, where: str, source: str | None, nodes: list[Node]) -> list:
+    """A call returning a tuple: the tuple node, then one item node per field (appended to ``nodes``)."""
+    fields = []
+    for k, f in enumerate(ty.fields):
+        if not isinstance(f, relax.TensorType):
+            raise GraphError(f"{where}: field {k} of {call.op.name}'s result is {f}, not a tensor")
+        fields.append((_static_shape(f, f"{where}[{k}]"), str(f.dtype)))
+    dtypes = {d for _, d in fields}
+    t = Node(name, call.op.name, args, (), dtypes.pop() if len(dtypes) == 1 else "tuple", call, fields=fields,
+             source=source)
+    nodes.append(t)
+    items = []
+    for k, (shape, dtype) in enumerate(fields):
+        item = Node(f"{name}_{k}", TUPLE_ITEM, [t], shape, dtype, attrs={"index": k}, source=source)
+        nodes.append(item)
+        items.append(item)
+    return items
 
 
 class Graph:
@@ -106,6 +155,9 @@ class Graph:
             raise GraphError(f"{name}: expected a function body made of binding blocks")
         env: dict[Any, Any] = {}
         nodes: list[Node] = []
+        sources = {}
+        if func.attrs is not None and SOURCE_NAMES in func.attrs:
+            sources = {str(k): str(v) for k, v in func.attrs[SOURCE_NAMES].items()}
         inputs = []
         for p in func.params:
             n = Node(p.name, "input", shape=_static_shape(p.ty, f"input {p.name}"), dtype=str(p.ty.dtype))
@@ -137,7 +189,7 @@ class Graph:
                 elif isinstance(v, relax.TupleGetItem):
                     t = value(v.tuple_value, where)
                     if not isinstance(t, list):
-                        raise GraphError(f"{where}: indexing into a tuple that is not a literal tuple")
+                        raise GraphError(f"{where}: indexing into a value that is not a tuple")
                     env[b.var] = t[int(v.index)]
                 elif isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "relax.nn.batch_norm":
                     # inference batch norm: the normalized tensor is field 0 (the others are the statistics)
@@ -148,9 +200,12 @@ class Graph:
                     env[b.var] = [n] + [_Unused(f"{where}[{k}]") for k in (1, 2)]
                 elif isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op):
                     args = [value(a, where) for a in v.args]
+                    src = sources.get(b.var.name)
                     if isinstance(b.var.ty, relax.TupleType):
-                        raise GraphError(f"{where}: {v.op.name} returns a tuple, which the VTA flow does not handle")
-                    n = Node(b.var.name, v.op.name, args, _static_shape(b.var.ty, where), str(b.var.ty.dtype), v)
+                        env[b.var] = _tuple_node(b.var.name, v, args, b.var.ty, where, src, nodes)
+                        continue
+                    n = Node(b.var.name, v.op.name, args, _static_shape(b.var.ty, where), str(b.var.ty.dtype), v,
+                             source=src)
                     nodes.append(n)
                     env[b.var] = n
                 else:
@@ -205,6 +260,8 @@ class Graph:
     @staticmethod
     def emit_call(bb: relax.BlockBuilder, node: Node, args: list, name: str | None = None):
         """Emit ``node``'s original call on new arguments (one Relax expression per ``tensor_args`` entry)."""
+        if node.op == TUPLE_ITEM:
+            return bb.emit(relax.TupleGetItem(args[0], node.attrs["index"]), name_hint=name or node.name)
         it = iter(args)
 
         def sub(a):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from ..environment import Environment
-from .ir import Const, Node
+from .ir import TUPLE_ITEM, Const, Node
 from .legalize import channel_vector
 
 #: element-wise ops: they compute the same on the packed layout (channel padding only computes lanes that no later
@@ -91,7 +91,8 @@ def nearest_factor(n: Node) -> tuple[int, int] | None:
 
 def host_reason(n: Node) -> str:
     op = n.op
-    if op in VIEWS or op in ("relax.permute_dims", "relax.concat", "relax.strided_slice", "relax.image.resize2d"):
+    if op in VIEWS or op in ("relax.permute_dims", "relax.concat", "relax.strided_slice", "relax.image.resize2d",
+                             "relax.split", TUPLE_ITEM):
         return "moves data only (a view or a copy on the host)"
     if n.dtype.startswith("float") or any(a.dtype.startswith("float") for a in n.inputs):
         return "float arithmetic (VTA computes integers)"

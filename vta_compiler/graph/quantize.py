@@ -11,7 +11,9 @@ with ``shift = e_in + e_w - e_out`` and ``bias_q = round(bias * 2**(e_in + e_w))
 (the added half makes the shift round to nearest, for free). A per-channel ``shift`` is a tensor
 (on VTA: ALU SHR with a register operand). ``lo, hi`` are (-128, 127), or (0, 127) with a fused
 ReLU. Exponents come from calibration data (the largest magnitude a tensor reaches maps to at most
-127) or from one ``global_scale`` for every activation, as ``relay.quantize`` had.
+127, or another method of ``calibrate.py``) or from one ``global_scale`` for every activation, as
+``relay.quantize`` had. A tensor on the way to a depthwise layer may have one exponent per channel
+(``channel_scaled``).
 
 The host operators between layers stay integer (max pooling, residual add with rescaling shifts,
 global average pooling as a sum and a fixed-point multiply, concat, reshape), so the quantized
@@ -30,13 +32,15 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .canon import LAYERS, canonicalize, out_channel_rows, scale_out_channels
-from .evaluate import evaluate
-from .frontend import normalize
-from .ir import Const, Graph, GraphError, Node, const
+from . import calibrate as cal
+from . import sensitivity as sens
+from .calibrate import EXP_MAX, METHODS, exponent_for
+from .canon import LAYERS, out_channel_rows, scale_out_channels
+from .evaluate import evaluate_node
+from .ir import TUPLE_ITEM, Const, Graph, GraphError, Node, const, describe
+from .prepare import QuantizationError, layer_index, prepare
+from .prepare import batches as calibration_batches
 
-#: exponents are kept in this range (a tensor that is all zeros gets the top one)
-EXP_MIN, EXP_MAX = -24, 24
 #: fixed-point bits of the global-average-pool multiplier
 GAP_BITS = 23
 #: int ops that pass int8 values through with the input's exponent
@@ -45,78 +49,78 @@ PASSTHROUGH = ("relax.nn.max_pool2d", "relax.reshape", "relax.flatten", "relax.s
 INT8 = (-128, 127)
 
 
-class QuantizationError(ValueError):
-    """A network or calibration set the quantizer refuses (the message names the layer or input)."""
-
-
-def exponent_for(amax: float) -> int:
-    """The largest exponent e with ``amax * 2**e <= 127``."""
-    if not amax > 0 or not math.isfinite(amax):
-        return EXP_MAX
-    return int(min(EXP_MAX, max(EXP_MIN, math.floor(math.log2(127.0 / amax)))))
-
-
-def _fuse_add_relu(g: Graph) -> None:
-    users = g.users()
-    for n in list(g.nodes):
-        if n.op == "relax.add" and len(n.inputs) == 2 and n.attrs.get("act") is None:
-            us = users[id(n)]
-            if len(us) == 1 and us[0] is not None and us[0].op == "relax.nn.relu":
-                relu = us[0]
-                n.attrs["act"] = ("clip", 0.0, None)
-                g.replace_uses(relu, n)
-                g.nodes.remove(relu)
-                users = g.users()
-
-
-def prepare(mod: tvm.IRModule, params: Any = None) -> Graph:
-    """The float network as a graph of canonical layers (weights bound, batch norm folded)."""
-    g = Graph.from_relax(normalize(mod, params))
-    canonicalize(g)
-    _fuse_add_relu(g)
-    return g
-
-
-def _batches(g: Graph, calibration: Iterable) -> list[list[np.ndarray]]:
-    out = []
-    for k, item in enumerate(calibration):
-        feeds = list(item) if isinstance(item, (tuple, list)) else [item]
-        if len(feeds) != len(g.inputs):
-            raise QuantizationError(f"calibration item {k} has {len(feeds)} arrays; the network has "
-                                    f"{len(g.inputs)} inputs ({', '.join(n.name for n in g.inputs)})")
-        arrs = []
-        for n, x in zip(g.inputs, feeds):
-            x = x.numpy() if isinstance(x, tvm.runtime.Tensor) else np.asarray(x)
-            if tuple(x.shape) != tuple(n.shape):
-                raise QuantizationError(f"calibration item {k}: input {n.name!r} has shape {tuple(x.shape)}, the "
-                                        f"network expects {tuple(n.shape)}")
-            if not np.issubdtype(x.dtype, np.number):
-                raise QuantizationError(f"calibration item {k}: input {n.name!r} has dtype {x.dtype}")
-            arrs.append(x.astype(n.dtype))
-        out.append(arrs)
-    if not out:
-        raise QuantizationError("the calibration set is empty: give at least one input batch, or global_scale=")
-    return out
-
-
 def calibrate(g: Graph, calibration: Iterable, percentile: float | None = None) -> dict[int, float]:
     """The largest magnitude (or the given percentile of magnitudes) each node reaches over the batches."""
-    amax: dict[int, float] = {}
-    for feeds in _batches(g, calibration):
-        vals = evaluate(g, feeds)
-        for n in g.nodes:
-            v = np.abs(vals[id(n)].astype(np.float64, copy=False))
-            m = float(np.percentile(v, percentile)) if percentile is not None and v.size else float(v.max(initial=0))
-            amax[id(n)] = max(amax.get(id(n), 0.0), m)
-    return amax
+    try:
+        stats = cal.collect(g, calibration_batches(g, calibration), percentile=percentile)
+    except cal.CalibrationError as exc:
+        raise QuantizationError(str(exc)) from None
+    return {k: (s.pct if percentile is not None else s.amax) for k, s in stats.items()}
 
 
-def _layer_index(g: Graph) -> list[Node]:
-    return [n for n in g.nodes if n.op in LAYERS]
+def _int_capable(n: Node) -> bool:
+    """True if ``host`` may run ``n`` on int8 values (then its inputs need one exponent per tensor)."""
+    if n.op == "relax.add":
+        return len(n.inputs) == 2
+    if n.op == "relax.image.resize2d":
+        return str(n.call.attrs.method) == "nearest_neighbor"
+    return n.op in PASSTHROUGH or n.op in ("relax.mean", "relax.concat", "relax.split", "relax.nn.relu", "relax.clip",
+                                           TUPLE_ITEM)
+
+
+def _depthwise_reader(u: Node, n: Node, skip: set[int]) -> bool:
+    return u.op == "conv2d" and id(u) not in skip and u.attrs["groups"] == n.shape[1] > 1 and u.inputs[0] is n
+
+
+def channel_scaled(g: Graph, skip: set[int]) -> dict[int, list[Node]]:
+    """The tensors that can take one exponent per channel (axis 1), with the depthwise layers that read them.
+
+    Such a tensor's int8 values are read only by depthwise layers (which fold each channel's exponent into
+    their per-channel weight scale and shift) or dequantized for float operators on the host (a per-channel
+    multiply), and at least one depthwise layer reads it, directly or through float operators that work
+    channel by channel (hard-swish between a convolution and a depthwise one). Its producer then requantizes
+    each channel with its own shift (a VTA layer) or scale (a float operator).
+    """
+    users = g.users()
+    ok: dict[int, list[Node]] = {}
+    for n in g.nodes:
+        if len(n.shape) < 2 or not n.dtype.startswith("float") or n.is_tuple:
+            continue
+        us = users[id(n)]
+        if us and all(u is None or _depthwise_reader(u, n, skip) or (u.op not in LAYERS and not _int_capable(u))
+                      for u in us):
+            ok[id(n)] = [u for u in us if u is not None and u.op in LAYERS]
+    # keep those that reach a depthwise layer through float operators that keep the (N, C) axes
+    reach: set[int] = set()
+    for n in reversed(g.nodes):
+        if id(n) in ok and (ok[id(n)] or any(
+                u is not None and u.op not in LAYERS and id(u) in reach and tuple(u.shape[:2]) == tuple(n.shape[:2])
+                for u in users[id(n)])):
+            reach.add(id(n))
+    return {k: v for k, v in ok.items() if k in reach}
+
+
+def channel_exponents(e_tensor: int, channel_amax: np.ndarray, layers: list[Node], spread: int = 8) -> np.ndarray:
+    """Per-channel exponents of a depthwise input: finer than the tensor's where a channel's range allows, by
+    at most ``spread`` bits, and never so fine that a reading layer's bias overflows int32 at the finest weight
+    scale of its channel."""
+    e = np.array([exponent_for(a) for a in channel_amax], np.int64)
+    e = np.clip(e, e_tensor, e_tensor + spread)
+    for ly in layers:
+        rows = out_channel_rows("conv2d", ly.attrs["weight"], ly.attrs["groups"])
+        mult = rows.shape[0] // e.size
+        ew = np.array([exponent_for(a) for a in np.abs(rows).max(axis=1)], np.int64)
+        b = np.abs(ly.attrs["bias"])
+        limit = 2 ** 31 - 1 - 128 * 127 * rows.shape[1]
+        room = np.full(b.shape, EXP_MAX, np.int64)
+        room[b > 0] = np.floor(np.log2(limit / 2) - np.log2(b[b > 0])) - ew[b > 0]
+        room = room.reshape(e.size, mult).min(axis=1)
+        e = np.maximum(np.minimum(e, room), e_tensor)
+    return e
 
 
 def _skipped(g: Graph, skip_layers: Sequence) -> set[int]:
-    layers = _layer_index(g)
+    layers = layer_index(g)
     names = {n.name: n for n in layers}
     out = set()
     for s in skip_layers:
@@ -142,6 +146,7 @@ class _Emitter:
         self.q: dict[int, tuple[Any, int]] = {}      # id(node) -> (int8 var, exponent)
         self.f: dict[int, Any] = {}                  # id(node) -> float var
         self.layers: list[dict] = []
+        self.problems: list[tuple[Node, str]] = []   # layers that cannot be quantized (reported together)
 
     # -------------------------------------------------------------- values
     def emit(self, expr, name: str):
@@ -149,9 +154,12 @@ class _Emitter:
 
     def qval(self, n: Node) -> tuple[Any, int]:
         if id(n) not in self.q:
+            if not n.dtype.startswith("float"):
+                raise QuantizationError(f"{describe(n)} ({n.op}) computes {n.dtype} values, which a quantized "
+                                        "layer cannot read; cast them to float first")
             x = self.f[id(n)]
             e = self.exps[id(n)]
-            y = self.emit(relax.op.round(relax.op.multiply(x, const(2.0 ** e, "float32"))), f"{n.name}_scaled")
+            y = self.emit(relax.op.round(relax.op.multiply(x, self.power_of_two(e, n))), f"{n.name}_scaled")
             y = self.emit(relax.op.clip(y, -128, 127), f"{n.name}_clipped")
             self.q[id(n)] = (self.emit(relax.op.astype(y, "int8"), f"{n.name}_q"), e)
         return self.q[id(n)]
@@ -159,9 +167,22 @@ class _Emitter:
     def fval(self, n: Node):
         if id(n) not in self.f:
             x, e = self.q[id(n)]
-            self.f[id(n)] = self.emit(relax.op.multiply(relax.op.astype(x, "float32"), const(2.0 ** -e, "float32")),
+            self.f[id(n)] = self.emit(relax.op.multiply(relax.op.astype(x, "float32"), self.power_of_two(-e, n)),
                                       f"{n.name}_dq")
         return self.f[id(n)]
+
+    @staticmethod
+    def power_of_two(e, n: Node):
+        """``2**e`` as a float32 constant: a scalar, or one per channel (axis 1) of ``n``."""
+        if np.ndim(e) == 0:
+            return const(2.0 ** int(e), "float32")
+        shape = (1, -1) + (1,) * (len(n.shape) - 2)
+        return const((2.0 ** np.asarray(e, np.float64)).astype(np.float32).reshape(shape))
+
+    def scalar_exp(self, n: Node) -> int:
+        """The node's exponent for an operator that needs one per tensor (the finest that fits every channel)."""
+        e = self.exps[id(n)]
+        return int(np.min(e))
 
     def is_int(self, n: Node) -> bool:
         return id(n) in self.q
@@ -197,32 +218,53 @@ class _Emitter:
     def layer(self, n: Node) -> None:
         at = n.attrs
         x = n.inputs[0]
-        xq, e_in = self.qval(x)
+        xq, e_x = self.qval(x)
         w = at["weight"]
         groups = at.get("groups", 1)
         rows = out_channel_rows(n.op, w, groups)           # (output channels, fan-in)
         nout = rows.shape[0]
+        # the input's exponent per output channel: a depthwise layer's input may have one per channel
+        e_in = np.asarray(e_x, np.int64)[np.arange(nout) // (nout // np.size(e_x))] if np.ndim(e_x) else \
+            np.full(nout, int(e_x), np.int64)
         amax_c = np.abs(rows).max(axis=1)
+        # a dead channel's weights round to 0 at every exponent: it outputs its bias, whatever its weight scale
+        dead = amax_c * 2.0 ** EXP_MAX < 0.5
+        live = ~dead
         ew = np.array([exponent_for(a) for a in amax_c], np.int64)
         if not self.per_channel:
-            ew[:] = ew.min()
-        e_out = self.exps[id(n)]
-        e_out = min(e_out, int((e_in + ew).min()))          # shift >= 0 everywhere
+            ew[:] = ew[live].min() if live.any() else EXP_MAX
+        want = self.exps[id(n)]
+        e_out = np.full(nout, int(np.min(want)), np.int64)
+        if live.any():
+            e_out[:] = min(int(e_out[0]), int((e_in + ew)[live].min()))     # shift >= 0 everywhere
+        if np.ndim(want):       # one exponent per output channel (read only by depthwise layers)
+            per = np.where(live, np.minimum(np.asarray(want, np.int64), e_in + ew), np.asarray(want, np.int64))
+            if len({self.clip_bounds(at["act"], int(e)) for e in per}) == 1:     # VTA clips with immediates
+                e_out = per
         ew = np.minimum(ew, 31 + e_out - e_in)              # shift <= 31
         shift = (e_in + ew - e_out).astype(np.int64)
+        if dead.any():     # the live channels' shift (so one immediate shift still serves), at most 23
+            ref = min(23, int(shift[live].min())) if live.any() else 0
+            ew[dead] = e_out[dead] - e_in[dead] + ref
+            shift[dead] = ref
+        e_out = int(e_out[0]) if (e_out == e_out[0]).all() else e_out
         self.exps[id(n)] = e_out
         wq = np.clip(np.round(scale_out_channels(n.op, w, 2.0 ** ew, groups)), -127, 127).astype(np.int8)
+        wq = scale_out_channels(n.op, wq, live.astype(np.int8), groups).astype(np.int8)
         fan_in = rows.shape[1]
         bias = np.round(at["bias"] * 2.0 ** (e_in + ew)) + np.where(shift > 0, 2.0 ** (shift - 1), 0)
         limit = 2 ** 31 - 1 - 128 * 127 * fan_in
+        # a dead channel's accumulator is its bias alone: beyond +-limit its output saturates all the same
+        bias = np.where(dead, np.clip(bias, -limit, limit), bias)
         worst = int(np.abs(bias).argmax())
         if abs(bias[worst]) > limit:
-            raise QuantizationError(
-                f"layer {n.name}: the bias of output channel {worst} ({at['bias'][worst]:.6g}) scaled by "
-                f"2**{e_in + ew[worst]} is {bias[worst]:.6g}, which overflows the int32 accumulator (limit "
-                f"+-{limit} with a fan-in of {fan_in}); keep this layer in float (skip_layers=[{n.name!r}]) or "
-                "use a coarser input scale")
-        lo, hi = self.clip_bounds(at["act"], e_out)
+            self.problems.append(
+                (n, f"layer {describe(n)}: the bias of output channel {worst} ({at['bias'][worst]:.6g}) scaled by "
+                    f"2**{e_in[worst] + ew[worst]} is {bias[worst]:.6g}, which overflows the int32 accumulator "
+                    f"(limit +-{limit} with a fan-in of {fan_in})"))
+            self.float_layer(n)
+            return
+        lo, hi = self.clip_bounds(at["act"], int(np.min(e_out)))
         uniform = bool((shift == shift[0]).all())
         if n.op == "conv2d":
             acc = self.emit(relax.op.nn.conv2d(xq, const(wq), strides=at["strides"], padding=at["padding"],
@@ -244,8 +286,9 @@ class _Emitter:
         else:
             s = const(shift.astype(np.int32).reshape(shape))
         self.q[id(n)] = (self.requant(acc, s, b, lo, hi, n.name), e_out)
-        self.layers.append({"name": n.name, "op": n.op, "e_in": e_in, "e_out": e_out,
-                            "per_channel_shift": not uniform})
+        self.layers.append({"name": n.name, "op": n.op, "e_in": e_x if np.ndim(e_x) == 0 else list(e_x),
+                            "e_out": e_out if np.ndim(e_out) == 0 else list(e_out), "per_channel_shift": not uniform,
+                            "input": xq.name})
 
     def float_layer(self, n: Node) -> None:
         at = n.attrs
@@ -281,7 +324,7 @@ class _Emitter:
         a32 = self.rescale(self.emit(relax.op.astype(xa, "int32"), f"{n.name}_a"), e - ea, f"{n.name}_a_aligned")
         b32 = self.rescale(self.emit(relax.op.astype(xb, "int32"), f"{n.name}_b"), e - eb, f"{n.name}_b_aligned")
         s = self.emit(relax.op.add(a32, b32), f"{n.name}_sum")
-        e_out = self.exps[id(n)]
+        e_out = self.scalar_exp(n)
         s = self.rescale(s, e_out - e, f"{n.name}_rescaled")
         lo, hi = self.clip_bounds(n.attrs.get("act"), e_out)
         s = self.emit(relax.op.clip(s, lo, hi), f"{n.name}_clip")
@@ -293,7 +336,7 @@ class _Emitter:
         xq, ex = self.qval(x)
         axes = [int(v) % len(x.shape) for v in a.axis]
         count = int(np.prod([x.shape[i] for i in axes]))
-        e_out = self.exps[id(n)]
+        e_out = self.scalar_exp(n)
         d = e_out - ex
         k = max(0, min(30, GAP_BITS - d))
         mult = round(2.0 ** (k + d) / count)
@@ -321,11 +364,21 @@ class _Emitter:
             parts.append(xq)
         self.q[id(n)] = (Graph.emit_call(self.bb, n, parts), e)
 
+    def tuple_item(self, n: Node) -> None:
+        t = n.args[0]
+        if id(t) in self.q:       # a field of an int8 tuple (split) keeps the tuple's exponent
+            tq, e = self.q[id(t)]
+            self.q[id(n)] = (Graph.emit_call(self.bb, n, [tq]), e)
+        else:
+            self.f[id(n)] = Graph.emit_call(self.bb, n, [self.f[id(t)]])
+
     def host(self, n: Node) -> None:
         ins = n.inputs
         ints = ins and all(self.is_int(a) or a.op == "input" for a in ins) and \
             all(isinstance(a, Node) for a in n.tensor_args)
-        if n.op in LAYERS:
+        if n.op == TUPLE_ITEM:
+            self.tuple_item(n)
+        elif n.op in LAYERS:
             if id(n) in self.skip:
                 self.float_layer(n)
             else:
@@ -337,7 +390,7 @@ class _Emitter:
             self.global_pool(n)
         elif ints and n.op == "relax.concat":
             self.concat(n)
-        elif ints and (n.op in PASSTHROUGH or (n.op == "relax.image.resize2d"
+        elif ints and (n.op in PASSTHROUGH or n.op == "relax.split" or (n.op == "relax.image.resize2d"
                                                 and str(n.call.attrs.method) == "nearest_neighbor")):
             xq, e = self.qval(ins[0])
             self.q[id(n)] = (Graph.emit_call(self.bb, n, [xq]), e)
@@ -367,42 +420,137 @@ class _Emitter:
                     if n.op != "input":
                         self.host(n)
                 outs = []
-                for o in g.outputs:
-                    v = self.fval(o) if o.dtype.startswith("float") else self.qval(o)[0]
-                    outs.append(v)
+                for o in g.outputs:     # a float output is dequantized, any other (ArgMax's int64) is as computed
+                    outs.append(self.fval(o) if o.dtype.startswith("float") else self.f[id(o)])
                 out = self.bb.emit_output(relax.Tuple(outs) if getattr(g, "tuple_output", False) else outs[0])
             self.bb.emit_func_output(out)
+        if self.problems:
+            names = [n.name for n, _ in self.problems]
+            raise QuantizationError(
+                f"{len(names)} layer(s) cannot be quantized:\n" + "\n".join(m for _, m in self.problems) +
+                f"\nkeep them in float (skip_layers={names!r}) or use a coarser input scale")
         return self.bb.get()["main"]
 
 
 def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None = None, *,
              global_scale: float | None = None, skip_layers: Sequence = (), per_channel: bool = True,
-             percentile: float | None = None) -> tvm.IRModule:
+             percentile: float | None = None, calibrate: str = "max", depthwise_channels: bool = True,
+             bias_correction: bool = False, float_budget: float | None = None, eval_data: Iterable | None = None,
+             metric=None) -> tvm.IRModule:
     """Quantize a float network to VTA's integer form; returns a Relax module that runs on the CPU as is.
 
     ``mod, params``: from ``from_onnx`` or ``relax.frontend.nn`` (``export_tvm``). ``calibration``: input
     batches (arrays, or tuples of arrays for several inputs) that set every activation's scale; or
     ``global_scale=8.0``: every activation in [-8, 8]. ``skip_layers``: conv2d/conv2d_transpose/dense layers
     (index in graph order, or name ``conv2d_<k>``/``conv2d_transpose_<k>``/``dense_<k>``) kept in float on
-    the CPU. ``per_channel``: one weight scale per output channel. ``percentile``: clip calibration
-    outliers (e.g. 99.99) instead of the maximum.
+    the CPU. ``per_channel``: one weight scale per output channel. ``calibrate``: how a tensor's scale
+    follows from the calibration data, one of ``"max"`` (nothing clips), ``"percentile"`` (the
+    ``percentile`` of magnitudes, 99.99 by default), ``"mse"`` or ``"entropy"`` (see ``graph.calibrate``);
+    ``percentile=`` alone keeps the old meaning (``calibrate="percentile"``). ``depthwise_channels``: the
+    tensors on the way to a depthwise layer (its input, and the output of the layer before it when only
+    channel-wise float operators such as hard-swish lie between) get one scale per channel, folded into the
+    depthwise weights and shifts (see ``channel_scaled``).
+    ``bias_correction``: after a first pass, each layer's bias absorbs the mean error (per channel) that the
+    layer adds to its output on the calibration data (against the float layer on its own int8 input).
+    ``float_budget``: keep the fewest layers in float (the most sensitive first, see
+    ``graph.sensitivity``) for a score within this much of the float network's on ``eval_data``
+    (default: the calibration batches), by ``metric`` (default: top-1 agreement of class outputs,
+    correlation of others); the module's attribute ``vta.float_layers`` names them.
     The module's ``main`` takes the float inputs and returns float outputs.
     """
+    if float_budget is not None:
+        if calibration is None:
+            raise QuantizationError("float_budget needs calibration data, not global_scale")
+        if not (isinstance(float_budget, (int, float, np.floating)) and float_budget >= 0):
+            raise QuantizationError(f"float_budget must be a number >= 0, got {float_budget!r}")
+        calibration = list(calibration)
+        kw = {"per_channel": per_channel, "percentile": percentile, "calibrate": calibrate,
+              "depthwise_channels": depthwise_channels, "bias_correction": bias_correction}
+        chosen, _, _ = sens.fewest_float_layers(quantize, mod, params, calibration, float_budget, eval_data,
+                                                metric=metric, **kw)
+        names = [n.name for n in layer_index(prepare(mod, params))]
+        keep = set(chosen) | {names[s] if isinstance(s, (int, np.integer)) else s for s in skip_layers}
+        keep = [k for k in names if k in keep]
+        out = quantize(mod, params, calibration, skip_layers=keep, **kw)
+        return tvm.IRModule({"main": out["main"].with_attr("vta.float_layers", keep)})
     if (calibration is None) == (global_scale is None):
         raise QuantizationError("give either calibration=[batches] or global_scale=..., not both and not neither")
+    if calibrate not in METHODS:
+        raise QuantizationError(f"calibrate={calibrate!r}: choose one of {', '.join(map(repr, METHODS))}")
+    if percentile is not None:
+        if not (isinstance(percentile, (int, float, np.floating)) and 0 < percentile <= 100):
+            raise QuantizationError(f"percentile must be in (0, 100], got {percentile!r}")
+        if calibrate == "max":
+            calibrate = "percentile"
     g = prepare(mod, params)
+    skip = _skipped(g, skip_layers)
     if global_scale is not None:
-        if not global_scale > 0:
-            raise QuantizationError(f"global_scale must be positive, got {global_scale}")
-        amax = {id(n): float(global_scale) for n in g.nodes}
+        if isinstance(global_scale, bool) or not (isinstance(global_scale, (int, float, np.floating, np.integer))
+                                                  and math.isfinite(global_scale) and global_scale > 0):
+            raise QuantizationError(f"global_scale must be a finite positive number, got {global_scale!r}")
+        exps = {id(n): exponent_for(float(global_scale)) for n in g.nodes}
+        if bias_correction:
+            raise QuantizationError("bias_correction needs calibration data, not global_scale")
+        batches = None
     else:
-        amax = calibrate(g, calibration, percentile)
-    exps = {k: exponent_for(v) for k, v in amax.items()}
-    em = _Emitter(g, exps, _skipped(g, skip_layers), per_channel)
+        dw = channel_scaled(g, skip) if depthwise_channels else {}
+        batches = calibration_batches(g, calibration)
+        if calibrate == "percentile" and percentile is None:
+            percentile = cal.PERCENTILE
+        try:
+            stats = cal.collect(g, batches, channel_nodes=set(dw), method=calibrate, percentile=percentile)
+        except cal.CalibrationError as exc:
+            raise QuantizationError(str(exc)) from None
+        exps = {k: cal.exponent(s, calibrate) for k, s in stats.items()}
+        for k, layers in dw.items():
+            exps[k] = channel_exponents(exps[k], stats[k].channel_amax, layers)
+    em = _Emitter(g, dict(exps), skip, per_channel)
     func = em.run()
+    if bias_correction and em.layers:
+        _correct_biases(g, func, em.layers, batches)
+        em = _Emitter(g, dict(exps), skip, per_channel)
+        func = em.run()
     func = func.with_attr("vta.quantized_layers", [ly["name"] for ly in em.layers])
     out = tvm.IRModule({"main": func})
     return relax.transform.CanonicalizeBindings()(out)
+
+
+def _correct_biases(g: Graph, func: relax.Function, layers: list[dict], batches: list[list[np.ndarray]]) -> None:
+    """Subtract from each quantized layer's bias the mean error (per output channel, over the calibration
+    batches) that the layer itself adds: its dequantized int8 output minus the float layer applied to its
+    own dequantized int8 input (so an error made upstream is not corrected twice)."""
+    names = [ly["name"] for ly in layers]
+    inputs = [ly["input"] for ly in layers]
+    vm = relax.VirtualMachine(tvm.compile(probe(tvm.IRModule({"main": func}), names + inputs), "llvm"), tvm.cpu())
+    by_name = {n.name: n for n in g.nodes}
+
+    def real(q: np.ndarray, e) -> np.ndarray:
+        e = np.asarray(e, np.float64)
+        return q.astype(np.float64) * 2.0 ** -(e.reshape((1, -1) + (1,) * (q.ndim - 2)) if e.ndim else e)
+    err: dict[str, Any] = dict.fromkeys(names, 0.0)
+    for feeds in batches:
+        res = list(vm["main"](*[tvm.runtime.tensor(x) for x in feeds]))[-2 * len(names):]
+        for k, ly in enumerate(layers):
+            n = by_name[ly["name"]]
+            x = real(res[len(names) + k].numpy(), ly["e_in"]).astype(np.float32)
+            d = real(res[k].numpy(), ly["e_out"]) - evaluate_node(n, [x])
+            err[ly["name"]] = err[ly["name"]] + d.mean(axis=tuple(i for i in range(d.ndim) if i != 1))
+    for k in names:
+        n = by_name[k]
+        n.attrs["bias"] = n.attrs["bias"] - err[k] / len(batches)
+
+
+def sensitivity(mod: tvm.IRModule, params: Any, calibration: Iterable, data: Iterable | None = None, **kw):
+    """``graph.sensitivity``: the score lost by quantizing each layer alone (see ``graph.sensitivity`` the module:
+    ``metric``, ``layers`` and ``quantize``'s keywords)."""
+    return sens.sensitivity(quantize, mod, params, calibration, data, **kw)
+
+
+def fewest_float_layers(mod: tvm.IRModule, params: Any, calibration: Iterable, budget: float,
+                        data: Iterable | None = None, **kw):
+    """The fewest most-sensitive layers to keep in float for a score within ``budget`` of float's (what
+    ``quantize(..., float_budget=...)`` keeps); ``(layers, score, report)``."""
+    return sens.fewest_float_layers(quantize, mod, params, calibration, budget, data, **kw)
 
 
 def layer_outputs(qmod: tvm.IRModule) -> list[str]:

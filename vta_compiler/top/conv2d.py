@@ -190,15 +190,19 @@ class Conv2D(Operator):
         kh, kw = wkl.hkernel, wkl.wkernel
         th = t.tile_h // t.h_nthread
         th_in, tw_in = (th - 1) * wkl.hstride + kh, (t.tile_w - 1) * wkl.wstride + kw
-        n_sp = (wkl.batch // env.BATCH) * (wkl.out_height // t.tile_h) * (wkl.out_width // t.tile_w)
+        loops = (cob // t.tile_co, wkl.batch // env.BATCH, wkl.out_height // t.tile_h, wkl.out_width // t.tile_w)
         return F.TileShape(
             inp_chunk=t.tile_ci * th_in * tw_in * t.h_nthread, wgt_chunk=t.tile_co * t.tile_ci * kh * kw,
             wgt_tile=t.tile_co * cib * kh * kw, wgt_layer=cob * cib * kh * kw,
             gemm_chunk=t.tile_co * t.tile_h * t.tile_w * t.tile_ci * kh * kw,
             acc_elems=t.tile_co * t.tile_h * t.tile_w, acc_per_operand=t.tile_co, chunks=cib // t.tile_ci,
-            out_tiles=cob // t.tile_co, spatial_tiles=n_sp, oc_threads=t.oc_nthread, row_threads=t.h_nthread,
-            chunks_in_flight=t.ko_nthread, wgt_at_co=t.wgt_at == "co",
-            uops=F.kernel_uops([t.tile_co // t.oc_nthread, th, t.tile_w, t.tile_ci, kh, kw]))
+            out_tiles=loops[0], spatial_tiles=loops[1] * loops[2] * loops[3], oc_threads=t.oc_nthread,
+            row_threads=t.h_nthread, chunks_in_flight=t.ko_nthread, wgt_at_co=t.wgt_at == "co",
+            uops=F.kernel_uops([t.tile_co // t.oc_nthread, th, t.tile_w, t.tile_ci, kh, kw]),
+            inp_loads=t.tile_ci, store_insns=t.tile_co // t.oc_nthread, run_tiles=F.innermost(loops),
+            inp_padding=F.padding_fraction((wkl.out_height // th, -wkl.hpad, th * wkl.hstride, th_in, wkl.height),
+                                           (wkl.out_width // t.tile_w, -wkl.wpad, t.tile_w * wkl.wstride, tw_in,
+                                            wkl.width)))
 
     def needs(self, wkl, t, env, acc_operands=1):
         return self.shape(wkl, t, env).needs(acc_operands)

@@ -300,14 +300,19 @@ class Conv2DTranspose(Operator):
         valid = sum(py.taps(r) for r in range(hs)) * sum(px.taps(r) for r in range(ws))
         plain = [t.tile_co // t.oc_nthread, qh, qw, t.tile_ci]
         uops = F.kernel_uops(plain, taps) if _guarded(wkl) else F.kernel_uops(plain + [hs, ws, py.window, px.window])
+        loops = (cob // t.tile_co, nb, wkl.out_height // t.tile_h, wkl.out_width // t.tile_w)
         return F.TileShape(
             inp_chunk=t.tile_ci * th_in * tw_in * t.h_nthread, wgt_chunk=t.tile_co * t.tile_ci * taps,
             wgt_tile=t.tile_co * cib * taps, wgt_layer=cob * cib * taps,
             gemm_chunk=t.tile_co * (t.tile_h // hs) * (t.tile_w // ws) * t.tile_ci * valid,
             acc_elems=t.tile_co * t.tile_h * t.tile_w, acc_per_operand=t.tile_co, chunks=cib // t.tile_ci,
-            out_tiles=cob // t.tile_co, spatial_tiles=nb * (wkl.out_height // t.tile_h) * (wkl.out_width // t.tile_w),
+            out_tiles=loops[0], spatial_tiles=loops[1] * loops[2] * loops[3],
             oc_threads=t.oc_nthread, row_threads=t.h_nthread, chunks_in_flight=t.ko_nthread,
-            wgt_at_co=t.wgt_at == "co", uops=uops)
+            wgt_at_co=t.wgt_at == "co", uops=uops,
+            inp_loads=t.tile_ci, store_insns=t.tile_co // t.oc_nthread, run_tiles=F.innermost(loops),
+            # a thread's qh x qw phase rows/columns read input rows from q0 + first on (q0 = its first phase row)
+            inp_padding=F.padding_fraction((wkl.out_height // (t.tile_h // t.h_nthread), py.first, qh, th_in,
+                                            wkl.height), (wkl.out_width // t.tile_w, px.first, qw, tw_in, wkl.width)))
 
     def needs(self, wkl, t, env, acc_operands=1):
         return self.shape(wkl, t, env).needs(acc_operands)

@@ -4,12 +4,15 @@ convolution's Relax attributes.
 
 A tiling of any of the operators (conv2d, group/depthwise conv2d, conv2d_transpose, dense) reduces to a
 :class:`TileShape`: per tile (all its virtual threads together) the INP and WGT elements one input chunk
-loads, the GEMM uops of a chunk, the accumulators, the chunks of a tile and the number of tiles. The buffer
-check (``TileShape.needs``) and the cost model (:func:`estimate_cycles`) read nothing else.
+loads, the GEMM uops of a chunk, the accumulators, the chunks of a tile and the number of tiles, and the shape
+of the instruction stream the cost model replays (load instructions per thread, inputs private to a thread,
+padding, stores, runs of tiles). The buffer check (``TileShape.needs``) and the cost model
+(:func:`estimate_cycles`) read nothing else.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -27,8 +30,6 @@ THREADS = (1, 2, 4)
 CHUNKS_IN_FLIGHT = (1, 2)
 #: where the weights load: per input chunk ("ko") or once per output-channel tile ("co")
 WGT_AT = ("ko", "co")
-#: weight of DRAM traffic (in bus cycles) in the cost, on top of the exposed latencies
-TRAFFIC_WEIGHT = 0.5
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,12 @@ class TileShape:
     chunks_in_flight: int
     wgt_at_co: bool
     uops: int               # uops of one thread's GEMM kernel
+    # the instruction stream's shape, for the cost model only (the buffer check does not read these)
+    inp_loads: int = 1              # INP load instructions of one thread's input tile per chunk (one per input block)
+    inp_private: bool = False       # each output-channel thread loads its own input tile (a group per thread)
+    inp_padding: float = 0.0        # average fraction of the loaded INP elements that are zero padding
+    store_insns: int = 1            # STORE instructions of one thread per tile
+    run_tiles: int = 1              # consecutive tiles of the innermost tile loop (the pipeline drains between runs)
 
     @property
     def threads(self) -> int:
@@ -66,42 +73,345 @@ def kernel_uops(loops: list[int], inner: int = 1) -> int:
     return inner * math.prod(sorted(loops, reverse=True)[2:])
 
 
-def chunk_cycles(loads: float, gemms: float, threads: int, pipelined: bool, row_threads: int) -> float:
-    """Cycles of one input chunk of a tile, given the load and GEMM cycles of all its threads together.
+def innermost(loops: tuple[int, ...]) -> int:
+    """Iterations of the innermost of a tile loop nest (outermost first) that has more than one: the tiles
+    that follow each other without the pipeline draining between them."""
+    return next((n for n in reversed(loops) if n > 1), 1)
 
-    A tile shared by several virtual threads is reloaded only after all of their GEMMs, so with threads
-    alone (chunks not pipelined) loads and GEMMs hardly overlap; two chunks in flight (``vta.pipeline``)
-    overlap them, except that threads over rows then share the weight tile and serialise again in part."""
-    if pipelined:
-        return max(loads, gemms) + (min(loads, gemms) / 2 if row_threads > 1 else 0)
-    if threads > 1:
-        return max(loads, gemms) + min(loads, gemms)
-    return loads + gemms
+
+def padding_fraction(rows: tuple[int, int, int, int, int], cols: tuple[int, int, int, int, int]) -> float:
+    """Average fraction of an input window that is zero padding, over the tiles of one axis each:
+    ``(tiles, first_offset, step, window, size)``: tile ``i`` reads input positions ``[first + i*step,
+    first + i*step + window)`` of ``[0, size)``."""
+    return 1.0 - _inside(*rows) * _inside(*cols)
+
+
+@functools.lru_cache(maxsize=4096)
+def _inside(tiles: int, first: int, step: int, window: int, size: int) -> float:
+    """The fraction of one axis' windows inside ``[0, size)``; only the tiles near the edges are partly outside,
+    so they are counted from both ends."""
+    outside = 0
+    for i in range(tiles):                        # from the start, while the window begins before 0
+        lo = first + i * step
+        if lo >= 0:
+            break
+        outside += min(-lo, window)
+    for i in range(tiles - 1, -1, -1):            # from the end, while it ends after size
+        hi = first + i * step + window
+        if hi <= size:
+            break
+        outside += min(hi - size, window)
+    total = tiles * window
+    return (total - min(outside, total)) / total
+
+
+# ------------------------------------------------------------------------------------------------ cost model
+# The cost model replays what the hardware does with a tiling's instruction stream, at the level of groups of
+# instructions. The stream is what the TIR passes make of the schedule (see the guide "Tuning" for how this
+# was checked: the grouping and order below reproduce the dependency tokens of compiled layers):
+#
+# * per tile, the accumulators of each thread are reset (a GEMM with reset), each waiting for the previous
+#   tile's store of that thread (ACC and OUT are reused);
+# * per input chunk (``chunks / chunks_in_flight`` steps of ``chunks_in_flight`` slots), the load module loads
+#   each slot's input tile (one instruction per input block, per row thread, and per output-channel thread when
+#   the input is private) and weight tile (one per output-channel thread, unless ``wgt_at="co"``); when a
+#   thread's input tile takes several instructions, they are one loop over the input blocks with every
+#   thread's and slot's loads inside, which waits (one token) for every GEMM of the previous step. The GEMMs
+#   follow, one per (thread, slot): output-channel threads outermost, then row threads and slots (slots before
+#   row threads with ``wgt_at="co"``). A load waits for the previous step's GEMMs that read its buffer, a GEMM
+#   for this step's loads of its buffers (the first step's loads wait for the resets);
+# * then the epilogue of each thread on the compute module (the bias' ACC load per output-channel thread, four
+#   ALU instructions: ADD of the bias with a register operand at two cycles per element, SHR/MAX/MIN at one) and
+#   its stores (one loop after every epilogue when a thread has several store instructions, else one store per
+#   thread after its epilogue);
+# * with one step per tile there is no chunk loop: each output-channel thread's GEMMs are followed at once by
+#   its epilogue, and the next tile's loads wait only for the GEMMs that read their buffer, so they overlap
+#   this tile's epilogue and stores. Between two iterations of an outer tile loop the dependency pass drains
+#   the pipeline (the next loads wait for the stores): tiles overlap only within a run of the innermost loop;
+# * with ``wgt_at="co"`` each output-channel tile starts with its weight tile's load;
+# * fetch dispatches in program order into 16-deep command queues (``vta_hw.core``), so a tile with more than
+#   16 stores, or more than 16 compute instructions between its last GEMM and the next tile's loads, holds
+#   those loads back until the queue has taken all but 16 of them;
+# * the first tile loads every uop kernel once (they then stay in the UOP buffer).
+#
+# Each module runs its instructions in order; an instruction takes a fixed overhead (its command handshake,
+# the DMA's first-beat latency or the GEMM/ALU pipeline fill) plus its beats or uops. Steps, tiles and runs
+# repeat exactly, so the model simulates a few of each and extends the last period to the rest: it costs the
+# same for a layer of 10 or 10,000 tiles.
+
+#: cycles of one INP/WGT load instruction besides its beats: command, DRAM row and burst set-up, the read
+#: latency (8 cycles on tsim's bus) and the SRAM writes' tail; fitted to ``load_busy_cycles`` of the shipped
+#: ResNet-18 records (20.9 for INP, 19.1 for WGT; 2.0 and 32.0 cycles per INP and WGT element are the beats)
+LOAD_INSN_CYCLES = 20.0
+#: cycles of one zero-padding element of an INP load: the SRAM writer writes one per cycle, partly while the
+#: bus delivers data (fitted like the above; a data element costs its beats, 2 on a 64-bit bus)
+PAD_ELEM_CYCLES = 0.38
+#: cycles of a GEMM instruction besides its uops (one per cycle): the uop loop's pipeline (11 cycles of
+#: ``gemm_busy_cycles`` per instruction, exact on every record) and the command handshake (3, from
+#: ``compute_busy_cycles``); the same for a reset GEMM
+GEMM_INSN_CYCLES = 14.0
+#: cycles of an ACC load (the bias) besides its beats, and of an ALU instruction besides its elements (one per
+#: element with an immediate, two with a register operand): fitted to ``compute_busy_cycles``/``alu_busy_cycles``
+ACC_INSN_CYCLES = 22.0
+ALU_INSN_CYCLES = 11.0
+#: the epilogue of one ACC operand (a bias): ADD with a register operand (2 cycles per element), then SHR,
+#: MAX and MIN with immediates (1 each); a per-channel shift would add one cycle per element
+EPILOGUE_INSNS = 4
+EPILOGUE_CYCLES_PER_ELEM = 5
+#: cycles of a STORE instruction besides its beats: command, burst set-up and the write response (8 cycles
+#: on tsim's bus); fitted to ``store_busy_cycles``
+STORE_INSN_CYCLES = 17.0
+#: cycles of a UOP load instruction besides its beats (fitted to ``compute_busy_cycles``, like the above)
+UOP_LOAD_CYCLES = 17.0
+#: depth of the load/compute/store command queues (``vta_hw.core.Core(queue_depth=16)``)
+COMMAND_QUEUE_DEPTH = 16
+#: steps and tiles simulated before the last period is extended to the rest (the pattern is periodic from the
+#: second step or tile on; three make the period exact, checked against simulating every one)
+_SIMULATED = 3
+
+
+@functools.lru_cache(maxsize=512)
+def _step_program(vo_n: int, vh_n: int, k_n: int, private: bool, inp_loop: bool, wgt_per_step: bool):
+    """The order of one step's loads and GEMMs, as indices (cached per thread structure).
+
+    GEMM ``(vo, vh, k)`` has index ``(vo * vh_n + vh) * k_n + k``. Returns (loads, gemms):
+    loads: ``(kind, buffer, readers)`` with kind 0 one INP instruction, 1 the loop of every INP load, 2 a WGT
+    load; readers: the GEMM indices that read the buffer. gemms: ``(vo, gemm, inp buffer, wgt buffer)``."""
+    def gi(vo, vh, k):
+        return (vo * vh_n + vh) * k_n + k
+
+    def ib(k, vo, vh):
+        return (k * (vo_n if private else 1) + (vo if private else 0)) * vh_n + vh
+
+    def inp_readers(k, vo, vh):
+        return tuple(gi(o, vh, k) for o in ((vo,) if private else range(vo_n)))
+
+    def wgt_load(k, vo):
+        return (2, k * vo_n + vo, tuple(gi(vo, h, k) for h in range(vh_n)))
+
+    loads = []
+    if inp_loop:
+        readers = tuple(range(vo_n * vh_n * k_n))
+        loads.append((1, -1, readers))
+        if wgt_per_step:
+            loads += [wgt_load(k, vo) for vo in range(vo_n) for k in range(k_n)]
+    else:
+        for k in range(k_n):
+            if private:
+                for vo in range(vo_n):
+                    loads += [(0, ib(k, vo, vh), inp_readers(k, vo, vh)) for vh in range(vh_n)]
+                    if wgt_per_step:
+                        loads.append(wgt_load(k, vo))
+            else:
+                loads += [(0, ib(k, 0, vh), inp_readers(k, 0, vh)) for vh in range(vh_n)]
+                if wgt_per_step:
+                    loads += [wgt_load(k, vo) for vo in range(vo_n)]
+    if wgt_per_step:
+        order = [(vo, vh, k) for vo in range(vo_n) for vh in range(vh_n) for k in range(k_n)]
+    else:
+        order = [(vo, vh, k) for vo in range(vo_n) for k in range(k_n) for vh in range(vh_n)]
+    gemms = tuple((vo, gi(vo, vh, k), ib(k, vo, vh), k * vo_n + vo if wgt_per_step else -1) for vo, vh, k in order)
+    return tuple(loads), gemms
 
 
 def estimate_cycles(s: TileShape, env: Environment) -> float:
-    """The cost model of every GEMM operator: per tile, its chunks' loads and GEMMs (overlapped as the
-    threads and chunks in flight allow), the requantisation on the ALU (which shares the compute module with
-    the GEMMs) and the store; the first tile's loads, which nothing hides; the DRAM traffic, mostly hidden
-    behind the GEMMs but shared with the host, at ``TRAFFIC_WEIGHT``."""
+    """The cost model of every GEMM operator: the device cycles of a layer tiled as ``s``, from a replay of its
+    instruction stream's groups on the three in-order modules with their dependency tokens (see above)."""
     bus = env.AXI_DATA_BYTES
-    inp_c = s.inp_chunk * env.INP_ELEM_BYTES / bus
-    chunk_wgt_c = s.wgt_chunk * env.WGT_ELEM_BYTES / bus
-    wgt_c = 0.0 if s.wgt_at_co else chunk_wgt_c
-    pipelined = s.chunks_in_flight > 1
-    tile = s.chunks * chunk_cycles(inp_c + wgt_c, s.gemm_chunk, s.threads, pipelined, s.row_threads)
-    if pipelined:
-        tile += inp_c + wgt_c       # the first chunk's loads
-    tile += 5 * s.acc_elems + s.acc_elems * env.OUT_ELEM_BYTES / bus / s.threads + 40
-    tiles = s.out_tiles * s.spatial_tiles
-    total = tiles * tile + (inp_c + chunk_wgt_c + s.gemm_chunk) / s.threads
-    wgt_bytes = s.wgt_layer * env.WGT_ELEM_BYTES
-    if s.wgt_at_co:
-        total += wgt_bytes / bus
-    else:
-        wgt_bytes *= s.spatial_tiles
-    inp_bytes = tiles * s.chunks * s.inp_chunk * env.INP_ELEM_BYTES
-    return total + TRAFFIC_WEIGHT * (inp_bytes + wgt_bytes) / bus
+    vo_n, vh_n, k_n = s.oc_threads, s.row_threads, s.chunks_in_flight
+    threads = vo_n * vh_n
+    steps = s.chunks // k_n
+    wgt_per_step = not s.wgt_at_co
+    inp_loop = s.inp_loads > 1
+    # durations of the instruction groups (cycles)
+    inp_groups = k_n * vh_n * (vo_n if s.inp_private else 1)
+    window = s.inp_chunk / (vh_n * (vo_n if s.inp_private else 1) * s.inp_loads)      # one INP instruction's
+    inp1 = LOAD_INSN_CYCLES + window * ((1.0 - s.inp_padding) * env.INP_ELEM_BYTES / bus
+                                        + s.inp_padding * PAD_ELEM_CYCLES)
+    inp_all = inp_groups * s.inp_loads * inp1
+    wgt1 = LOAD_INSN_CYCLES + s.wgt_chunk / vo_n * env.WGT_ELEM_BYTES / bus
+    gemm1 = GEMM_INSN_CYCLES + s.gemm_chunk / threads
+    acc_v = s.acc_elems / threads
+    reset1 = GEMM_INSN_CYCLES + acc_v
+    bias1 = ACC_INSN_CYCLES + s.acc_per_operand / vo_n * env.ACC_ELEM_BYTES / bus
+    alu1 = EPILOGUE_INSNS * ALU_INSN_CYCLES + EPILOGUE_CYCLES_PER_ELEM * acc_v
+    store1 = s.store_insns * STORE_INSN_CYCLES + acc_v * env.OUT_ELEM_BYTES / bus
+    wtile = LOAD_INSN_CYCLES + s.wgt_tile * env.WGT_ELEM_BYTES / bus
+    store_loop = s.store_insns > 1
+    n_stores = threads * s.store_insns
+    gate_after = (n_stores - COMMAND_QUEUE_DEPTH) * STORE_INSN_CYCLES + \
+        (n_stores - COMMAND_QUEUE_DEPTH) / s.store_insns * acc_v * env.OUT_ELEM_BYTES / bus \
+        if n_stores > COMMAND_QUEUE_DEPTH else None
+    loads, gemms = _step_program(vo_n, vh_n, k_n, s.inp_private, inp_loop, wgt_per_step)
+    # can the compute queue hold back the next tile's loads (more than 16 instructions between them)?
+    queued = threads + (1 + EPILOGUE_INSNS * vh_n if steps == 1 else 0) > COMMAND_QUEUE_DEPTH
+    n_inp_buf = k_n * (vo_n if s.inp_private else 1) * vh_n
+    n_gemm = threads * k_n
+    load_dur = (inp1, inp_all, wgt1)
+
+    def step(lf, cf, prev, first):
+        """One step's loads and GEMMs; ``prev``: the previous step's GEMM end times, or the time the first
+        step's loads wait for (a float)."""
+        inp = [0.0] * n_inp_buf
+        wgt = [0.0] * (k_n * vo_n)
+        for kind, buf, readers in loads:
+            dep = prev if first else max(map(prev.__getitem__, readers))
+            lf = (lf if lf > dep else dep) + load_dur[kind]
+            if kind == 2:
+                wgt[buf] = lf
+            elif kind == 0:
+                inp[buf] = lf
+            else:
+                inp = [lf] * n_inp_buf
+        g = [0.0] * n_gemm
+        for _, gi, b, w in gemms:
+            dep = inp[b]
+            if w >= 0 and wgt[w] > dep:
+                dep = wgt[w]
+            cf = (cf if cf > dep else dep) + gemm1
+            g[gi] = cf
+        return lf, cf, g
+
+    def tile(state, weights):
+        """One tile from ``state = (load free, compute free, store free, stores' ends per thread, GEMM ends of
+        the previous tile, the time the store queue lets this tile's loads through, the start times of the
+        compute instructions since the previous tile's last GEMM)``."""
+        lf, cf, sf, stores, prev_g, gate, pending, _ = state
+        if weights:
+            lf = max(lf, max(prev_g)) + wtile
+        for v in range(threads):
+            start = cf if cf > stores[v] else stores[v]
+            if queued:
+                pending.append(start)
+            cf = start + reset1
+        resets = cf
+        # this tile's loads follow the stores and resets in program order: fetch dispatches them once the store
+        # and compute queues have taken all but their last 16 instructions
+        if queued and len(pending) > COMMAND_QUEUE_DEPTH and pending[-COMMAND_QUEUE_DEPTH - 1] > gate:
+            gate = pending[-COMMAND_QUEUE_DEPTH - 1]
+        if gate > lf:
+            lf = gate
+        alu_end = []
+        pending = []
+        if steps == 1:
+            # no chunk loop: the loads wait for the previous tile's GEMMs of their buffers; each output-channel
+            # thread's epilogue follows its GEMMs
+            inp = [0.0] * n_inp_buf
+            wgt = [0.0] * (k_n * vo_n)
+            for kind, buf, readers in loads:
+                dep = max(map(prev_g.__getitem__, readers))
+                lf = (lf if lf > dep else dep) + load_dur[kind]
+                if kind == 2:
+                    wgt[buf] = lf
+                elif kind == 0:
+                    inp[buf] = lf
+                else:
+                    inp = [lf] * n_inp_buf
+            g = [0.0] * n_gemm
+            last_vo = 0
+            for vo, gi, b, w in gemms:
+                if vo != last_vo:
+                    cf += bias1
+                    for _ in range(vh_n):
+                        cf += alu1
+                        alu_end.append(cf)
+                    last_vo = vo
+                dep = inp[b]
+                if w >= 0 and wgt[w] > dep:
+                    dep = wgt[w]
+                cf = (cf if cf > dep else dep) + gemm1
+                g[gi] = cf
+            if queued:                           # the last epilogue: its ACC load, then its ALU instructions
+                pending = [cf] + [cf + bias1 + (h + i / EPILOGUE_INSNS) * alu1 for h in range(vh_n)
+                                  for i in range(EPILOGUE_INSNS)]
+            cf += bias1
+            for _ in range(vh_n):
+                cf += alu1
+                alu_end.append(cf)
+        else:
+            first_wait = cf
+            marks = []
+            g = first_wait
+            for j in range(min(steps, _SIMULATED)):
+                lf, cf, g = step(lf, cf, g, j == 0)
+                marks.append(cf)
+            if steps > _SIMULATED:              # the steady state: every further step takes the last period
+                shift = (steps - _SIMULATED) * (marks[-1] - marks[-2])
+                lf += shift
+                cf += shift
+                g = [x + shift for x in g]
+            for _ in range(vo_n):
+                cf += bias1
+                for _ in range(vh_n):
+                    cf += alu1
+                    alu_end.append(cf)
+        if store_loop:
+            start = sf if sf > cf else cf
+            sf = start + threads * store1
+            new_stores = [sf] * threads
+        else:
+            new_stores = []
+            start = None
+            for v in range(threads):
+                t0 = sf if sf > alu_end[v] else alu_end[v]
+                start = t0 if start is None else start
+                sf = t0 + store1
+                new_stores.append(sf)
+        gate = start + gate_after if gate_after is not None else 0.0
+        return lf, cf, sf, new_stores, g, gate, pending, resets
+
+    def resets_end(state):
+        """When the next tile's resets end, from the stores of the tile that left ``state``."""
+        cf, stores = state[1], state[3]
+        for v in range(threads):
+            cf = (cf if cf > stores[v] else stores[v]) + reset1
+        return cf
+
+    plain = []           # (a plain tile's time from its resets' end to its end, the period) once known
+
+    def run(n_tiles, weights):
+        """A run of tiles from a drained pipeline to the last store (cycles); ``weights``: which of its tiles
+        load their weight tile first ("first", "every" or None)."""
+        state = (0.0, 0.0, 0.0, [0.0] * threads, [0.0] * n_gemm, 0.0, [], 0.0)
+        if steps > 1 and weights != "every":
+            # with a chunk loop a tile's loads wait for its resets, and they for the previous tile's stores: every
+            # tile without the weight load takes the same time from its resets on, and the next one's resets end
+            # the same time after its own
+            if weights == "first":
+                state = tile(state, True)
+                n_tiles -= 1
+                if not n_tiles:
+                    return max(state[0], state[1], state[2])
+            elif plain:                    # known from an earlier run: a plain tile from a drained pipeline
+                return threads * reset1 + plain[0] + (n_tiles - 1) * plain[1]
+            state = tile(state, False)
+            plain[:] = [max(state[0], state[1], state[2]) - state[7], resets_end(state) - state[7]]
+            return state[7] + plain[0] + (n_tiles - 1) * plain[1]
+        marks = []
+        for i in range(min(n_tiles, _SIMULATED)):
+            state = tile(state, weights == "every" or (weights == "first" and i == 0))
+            marks.append(max(state[0], state[1], state[2]))
+        total = marks[-1]
+        if n_tiles > _SIMULATED:
+            total += (n_tiles - _SIMULATED) * (marks[-1] - marks[-2])
+        return total
+
+    # the first tile also loads every uop kernel (then they stay in the UOP buffer): a reset, the ALU instructions
+    # and the GEMMs of each thread, one GEMM kernel per slot, or per chunk when the weights stay (the weight
+    # offset is in the uops)
+    gemm_kernels = threads * (s.chunks if s.wgt_at_co else k_n)
+    uop_loads = UOP_LOAD_CYCLES * (threads * (1 + EPILOGUE_INSNS) + gemm_kernels) + \
+        gemm_kernels * s.uops * env.UOP_ELEM_BYTES / bus
+    n_tiles = s.out_tiles * s.spatial_tiles
+    run_tiles = max(1, min(s.run_tiles, n_tiles))
+    if not s.wgt_at_co:
+        return uop_loads + (n_tiles // run_tiles) * run(run_tiles, None)
+    if s.spatial_tiles < run_tiles:          # every tile loads its own weight tile
+        return uop_loads + (n_tiles // run_tiles) * run(run_tiles, "every")
+    runs = s.spatial_tiles // run_tiles      # runs sharing one weight tile: the first one loads it
+    first = run(run_tiles, "first")
+    rest = run(run_tiles, None) if runs > 1 else 0.0
+    return uop_loads + s.out_tiles * (first + (runs - 1) * rest)
 
 
 # ------------------------------------------------------------------------------------------------ schedule

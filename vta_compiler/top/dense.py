@@ -139,7 +139,10 @@ class Dense(Operator):
             acc_per_operand=t.tile_b * t.tile_co, chunks=cib // t.tile_ci, out_tiles=cob // t.tile_co,
             spatial_tiles=nb // t.tile_b, oc_threads=t.oc_nthread, row_threads=t.b_nthread,
             chunks_in_flight=t.ko_nthread, wgt_at_co=False,
-            uops=F.kernel_uops([t.tile_b // t.b_nthread, t.tile_co // t.oc_nthread, t.tile_ci]))
+            uops=F.kernel_uops([t.tile_b // t.b_nthread, t.tile_co // t.oc_nthread, t.tile_ci]),
+            # one INP load per chunk (its blocks are contiguous), one store per thread; the channel tiles are the
+            # inner tile loop
+            run_tiles=F.innermost((nb // t.tile_b, cob // t.tile_co)))
 
     def needs(self, wkl, t, env, acc_operands=1):
         return self.shape(wkl, t, env).needs(acc_operands)

@@ -316,16 +316,23 @@ class GroupConv2D(Operator):
         th = t.tile_h // t.h_nthread
         th_in, tw_in = (th - 1) * wkl.hstride + kh, (t.tile_w - 1) * wkl.wstride + kw
         g_loop, c_loop = (t.tile_g // t.oc_nthread, t.tile_co) if t.tile_g > 1 else (1, t.tile_co // t.oc_nthread)
-        n_sp = (wkl.batch // env.BATCH) * (wkl.out_height // t.tile_h) * (wkl.out_width // t.tile_w)
+        loops = (hw.groups // t.tile_g, hw.cob_g // t.tile_co, wkl.batch // env.BATCH, wkl.out_height // t.tile_h,
+                 wkl.out_width // t.tile_w)
         return F.TileShape(
             inp_chunk=t.tile_g * t.tile_ci * th_in * tw_in * t.h_nthread,
             wgt_chunk=t.tile_g * t.tile_co * t.tile_ci * kh * kw, wgt_tile=t.tile_g * t.tile_co * hw.cib_g * kh * kw,
             wgt_layer=hw.groups * hw.cob_g * hw.cib_g * kh * kw,
             gemm_chunk=t.tile_g * t.tile_co * t.tile_h * t.tile_w * t.tile_ci * kh * kw,
             acc_elems=t.tile_g * t.tile_co * t.tile_h * t.tile_w, acc_per_operand=t.tile_g * t.tile_co,
-            chunks=hw.cib_g // t.tile_ci, out_tiles=(hw.groups // t.tile_g) * (hw.cob_g // t.tile_co),
-            spatial_tiles=n_sp, oc_threads=t.oc_nthread, row_threads=t.h_nthread, chunks_in_flight=t.ko_nthread,
-            wgt_at_co=t.wgt_at == "co", uops=F.kernel_uops([g_loop, c_loop, th, t.tile_w, t.tile_ci, kh, kw]))
+            chunks=hw.cib_g // t.tile_ci, out_tiles=loops[0] * loops[1], spatial_tiles=loops[2] * loops[3] * loops[4],
+            oc_threads=t.oc_nthread, row_threads=t.h_nthread, chunks_in_flight=t.ko_nthread,
+            wgt_at_co=t.wgt_at == "co", uops=F.kernel_uops([g_loop, c_loop, th, t.tile_w, t.tile_ci, kh, kw]),
+            # threads over groups (tile_g > 1) load their groups' own input channels
+            inp_loads=g_loop * t.tile_ci, inp_private=t.tile_g > 1, store_insns=g_loop * c_loop,
+            run_tiles=F.innermost(loops),
+            inp_padding=F.padding_fraction((wkl.out_height // th, -wkl.hpad, th * wkl.hstride, th_in, wkl.height),
+                                           (wkl.out_width // t.tile_w, -wkl.wpad, t.tile_w * wkl.wstride, tw_in,
+                                            wkl.width)))
 
     def needs(self, wkl, t, env, acc_operands=1):
         return self.shape(wkl, t, env).needs(acc_operands)

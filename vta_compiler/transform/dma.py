@@ -199,8 +199,9 @@ def lower_dma(attr, env: Environment, plan: dict, roots: dict) -> tirx.Stmt:
             prev = dims.pop()
             d = _Dim(d.var, prev.extent * d.extent, d.chip, d.dram)
         dims.append(d)
-    if dims and not ana.can_prove_equal(dims[-1].dram, 1) and not dims[-1].bounded:
-        # the innermost remaining loop strides through DRAM: rows of one element each
+    if dims and not ana.can_prove_equal(dims[-1].dram, 1) and (not dims[-1].bounded or len(dims) == 1):
+        # the innermost remaining loop strides through DRAM: rows of one element each (a lone padded loop too:
+        # its padding becomes the rows' padding, as a one-column tile of a row-padded input needs)
         dims.append(_Dim(None, 1, tirx.const(1, "int32"), tirx.const(1, "int32")))
     if len(dims) > 2:
         desc = ", ".join(f"{d.var}:{d.extent}" for d in dims)

@@ -15,7 +15,8 @@ A whole network on VTA takes five calls of :mod:`vta_compiler.graph`:
 5. ``relax.VirtualMachine`` runs it, on the CPU and ``ext_dev`` (VTA) together.
 
 We do it twice: first for a small classifier trained on scikit-learn's digits, where accuracy
-can be measured, then for ResNet-18. Both run on fsim.
+can be measured, then for ResNet-18. Both run on fsim; :func:`~vta_compiler.graph.profile` then shows
+where the time of an inference goes (on tsim, cycle by cycle).
 """
 
 import os
@@ -109,6 +110,31 @@ fig.suptitle("held-out digits, classified by the int8 network on VTA (fsim)")
 fig.tight_layout()
 
 ######################################################################
+# Where the time goes
+# -------------------
+# fsim is exact but has no clock. :func:`~vta_compiler.graph.profile` runs one inference on tsim's profile
+# build, which records every instruction of every module (fetch, load, compute's GEMM and ALU, store) from
+# the hardware's own signals, and gives a per-layer table: cycles, MACs per cycle against the GEMM array's
+# peak, DRAM traffic and what bounds the layer. ``prof.write_trace("trace.json")`` writes the timeline for
+# Perfetto or ``chrome://tracing``; ``vta profile`` does the same from the command line (see
+# :doc:`the profiling guide </guide/profiling>`). One batch of 40 digits, after a warm-up batch:
+
+from sim.tsim import verilator_available  # noqa: E402
+
+if verilator_available():
+    prof = graph.profile(ex, xte[:batch], "tsim", placement=graph.placement(pmod), warmup=1, repeat=2)
+    print(prof.table())
+    prof.plot_timeline(layer="conv2d_1", title="the digits classifier on tsim: conv2d_1's kernel call")
+else:
+    print("tsim skipped here (no Verilator)")
+
+######################################################################
+# A network this small is bound by the host: the runtime's work in each kernel call (building and starting
+# the instruction stream) takes longer than VTA's run. In the picture, the layer's span is mostly host time;
+# VTA's run is the short stretch where the module tracks fill in, each instruction's wait for a dependency
+# token in orange.
+
+######################################################################
 # ResNet-18
 # ---------
 # The same five calls for ResNet-18 (ImageNet shapes). :func:`~vta_compiler.graph.models.resnet_onnx`
@@ -147,3 +173,13 @@ stats = vta.testing.simulator.stats()
 issued = stats["gemm_counter"] * env.BATCH * env.BLOCK_IN * env.BLOCK_OUT
 print(f"GEMM micro-ops {stats['gemm_counter']:,}: {issued / 1e9:.2f} G MACs issued for {pl.vta_macs / 1e9:.2f} G "
       f"useful; weights loaded: {stats['wgt_load_nbytes'] / 2**20:.1f} MiB")
+
+######################################################################
+# The same inference profiled on fsim: without a clock, each layer's cycles are lower bounds from the
+# counters (a GEMM or ALU micro-op a cycle, a bus beat a cycle), so MACs per cycle are upper bounds; they
+# already say which unit a layer needs most. tsim measures them: :doc:`the profiling guide
+# </guide/profiling>` has ResNet-18's trace, table and roofline from tsim.
+
+prof = graph.profile(ex, imagenet_like(1, image, seed=13), "fsim", placement=pl, warmup=1, repeat=3)
+print(prof.table())
+prof.plot_roofline(title=f"ResNet-18 ({image}x{image}) on fsim: the counters' bounds under the roofline")

@@ -95,6 +95,18 @@ stats = vta.testing.simulator.stats()
 print(f"GEMM micro-ops {stats['gemm_counter']:,}, ALU micro-ops {stats['alu_counter']:,}")
 
 ######################################################################
+# The profile shows what the 16 issued MACs per useful one cost. Profiled on fsim (counters only: the
+# cycles are lower bounds, a GEMM micro-op or a bus beat a cycle, so the MACs per cycle are upper bounds;
+# :func:`~vta_compiler.graph.profile` on tsim measures them), a depthwise layer can reach at most a sixteenth
+# of the GEMM array's peak, while a pointwise layer is limited by its data and its size alone. "host" says
+# the runtime's work on the host in the layer's kernel call takes longer than VTA would at best:
+
+prof = graph.profile(ex, x, "fsim", placement=pl, warmup=1, repeat=3)
+for r in prof.rows()[1:5]:
+    print(f"{r['layer']:<22} {r['op'].split()[0]:<18} {r['macs_per_cycle']:6.1f} useful MACs/cycle at most "
+          f"({100 * r['peak_fraction']:5.1f}% of peak), bound by {r['bound']}")
+
+######################################################################
 # A DCGAN generator
 # -----------------
 # A 100-dimensional latent vector becomes a 4x4 feature map through a 4x4 transposed convolution, then
