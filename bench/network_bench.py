@@ -30,6 +30,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from .breakdown import breakdown, format_breakdown
 from .common import RESULTS_DIR, TimedDevice, best_of, interleaved_best
 
 ORIGINAL_PYNQ_MS = 621.8        # tuned ResNet-18 on Pynq, the original VTA's AutoTVM tutorial
@@ -171,6 +172,7 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
         best = interleaved_best({"onnxruntime": onnxruntime, "fsim": lambda: vm["main"](xt)}, 3 if quick else 5,
                                 0.0 if quick else 3.0)
         out["onnxruntime_s"], out["fsim_s"] = best["onnxruntime"][0], best["fsim"][0]
+        out["fsim_parts"] = breakdown(vm, [xt], vta_runtime.command_handle(), rounds=2 if quick else 3)
         timer = CallTimer()
         vm.set_instrument(timer)
         vm["main"](xt)
@@ -239,6 +241,7 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
     print(f"  fsim (VTA + host ops)    {1e3 * out['fsim_s']:9.1f} ms  = {out['fsim_over_onnxruntime']:.1f} x ONNX "
           f"Runtime (kernels {1e3 * out['fsim_vta_kernels_s']:.0f} ms, host ops {1e3 * out['host_ops_s']:.0f} ms); "
           f"exact against the CPU: {out['exact']}")
+    print(f"  fsim CPU time by part: {format_breakdown(out['fsim_parts'])}")
     if out["fsim_peak_memory_bytes"]:
         print(f"  fsim process peak memory {out['fsim_peak_memory_bytes'] / 2**30:.2f} GiB (target <= 2 GiB)")
     if "tsim_vta_cycles" in out:

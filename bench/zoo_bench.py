@@ -19,6 +19,7 @@ from collections import Counter
 
 import numpy as np
 
+from .breakdown import breakdown, format_breakdown
 from .common import interleaved_best
 
 #: tsim is run by default when the VTA part's ideal cycles (MACs / 256) are below this
@@ -140,6 +141,7 @@ def model_row(name: str, quick: bool, tsim: bool) -> dict:
                                     3 if quick else 5, 0.0 if quick else 2.0)
             row["onnxruntime_ms"], row["fsim_ms"] = 1e3 * best["onnxruntime"][0], 1e3 * best["fsim"][0]
             row["fsim_over_onnxruntime"] = row["fsim_ms"] / row["onnxruntime_ms"]
+            row["parts"] = breakdown(vm, xs, vta_runtime.command_handle())
         finally:
             vta_runtime.set_command_queue(None)
         stage = "tsim"
@@ -203,6 +205,8 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
             print(f"  {row['model']} on the CPU: {row['host_ops']}")
         if "error" in row:
             print(f"  {row['model']} {row['status']}: {row['error']}")
+        if "parts" in row:
+            print(f"  {row['model']} on fsim, CPU time by part: {format_breakdown(row['parts'])}")
         if "tsim" in row:
             print(f"  {row['model']} tsim {row['tsim']}")
         if row.get("quantized_layers") == 0:

@@ -89,7 +89,7 @@ class FsimDevice(SimulatedMemoryDevice):
 
     # ------------------------------------------------------------------ static checks
     def _validate(self, p: _Program) -> None:
-        bad = self.engine.check(p.words, self.dram.pages.allocations())
+        bad = self.engine.check(p.words, self.dram.pages.allocation_table())
         if bad < 0:
             return
         check_stream(self.config, p, self.dram)   # words the message

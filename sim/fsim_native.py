@@ -154,11 +154,15 @@ class Engine:
     def has_fast_gemm(self) -> bool:
         return bool(self._lib.fsim_has_fast_gemm(self._handle))
 
-    def check(self, words: np.ndarray, allocations: list[tuple[int, int]]) -> int:
-        """Index of the first instruction the static checks refuse, n for a missing FINISH, -1 if fine."""
-        alloc = np.array(allocations, dtype=np.int64).reshape(-1, 2).T.copy()   # starts, then sizes
+    def check(self, words: np.ndarray, allocations: list[tuple[int, int]] | np.ndarray) -> int:
+        """Index of the first instruction the static checks refuse, n for a missing FINISH, -1 if fine.
+        ``allocations``: (start, bytes) pairs, or ``PageAllocator.allocation_table()`` (starts, then sizes)."""
+        if isinstance(allocations, np.ndarray):
+            alloc = allocations
+        else:
+            alloc = np.array(allocations, dtype=np.int64).reshape(-1, 2).T.copy()   # starts, then sizes
         n = alloc.shape[1]
-        starts = _address(alloc) if n else 0
+        starts = alloc.ctypes.data if n else 0
         return self._lib.fsim_check(self._handle, _address(words), words.shape[0], starts, starts + 8 * n, n)
 
     def run(self, words: np.ndarray, timeout: float | None) -> tuple[int, list[int]]:

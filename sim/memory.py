@@ -3,7 +3,9 @@
 One flat numpy arena indexed by physical address, handed out in 4 KiB pages by
 ``vta_runtime.pages.PageAllocator`` (page 0 is reserved, so physical address 0 is never valid).
 The arena is allocated with ``np.zeros`` so the operating system commits only the pages that are
-touched.
+touched, and starts on a page boundary, as a board's contiguous memory does: ext_dev tensors are
+views of it, and compiled host code may use aligned vector loads on their data (TVM assumes 64-byte
+aligned tensors).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ class SimulatedDram:
     def __init__(self, nbytes: int = DEFAULT_DRAM_BYTES):
         if nbytes % PAGE_BYTES or nbytes < 2 * PAGE_BYTES:
             raise ValueError(f"simulated DRAM size {nbytes} must be a multiple of {PAGE_BYTES} and hold 2 pages")
-        self.data = np.zeros(nbytes, dtype=np.uint8)
+        raw = np.zeros(nbytes + PAGE_BYTES, dtype=np.uint8)
+        start = -raw.ctypes.data % PAGE_BYTES
+        self.data = raw[start:start + nbytes]
         self.nbytes = nbytes
         self.pages = PageAllocator(0, nbytes, "simulated device memory")
         self.check = self.pages.check

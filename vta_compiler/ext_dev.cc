@@ -13,6 +13,9 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 
 namespace {
 using namespace tvm;
@@ -49,12 +52,53 @@ class VTADeviceAPI final : public DeviceAPI {
       std::fprintf(stderr, "VTA ext_dev: could not free device memory at %p: %s\n", ptr, e.what());
     }
   }
+  // Workspaces: the intermediate buffers of compiled host code on ext_dev tensors (a reduction's partial
+  // result), allocated and freed on every call. Freed ones are kept by size and handed out again, since
+  // allocating device memory goes through Python; ReleaseWorkspaces (vta_runtime.tvm_bridge, when the device
+  // changes) frees them.
+  void* AllocWorkspace(Device dev, size_t nbytes, DLDataType type_hint) final {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = spare_.find(nbytes);
+      if (it != spare_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        live_[p] = nbytes;
+        return p;
+      }
+    }
+    void* p = AllocDataSpace(dev, nbytes, kAllocAlignment, type_hint);
+    std::lock_guard<std::mutex> lock(mu_);
+    live_[p] = nbytes;
+    return p;
+  }
+  void FreeWorkspace(Device, void* ptr) final {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(ptr);
+    if (it == live_.end()) return;
+    spare_[it->second].push_back(ptr);
+    live_.erase(it);
+  }
+  void ReleaseWorkspaces(Device dev) {
+    std::vector<void*> spare;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& kv : spare_) spare.insert(spare.end(), kv.second.begin(), kv.second.end());
+      spare_.clear();
+    }
+    for (void* p : spare) FreeDataSpace(dev, p);
+  }
   void StreamSync(Device, TVMStreamHandle) final {}
   bool SupportsDevicePointerArithmeticsOnHost() final { return true; }
   static VTADeviceAPI* Global() {
     static auto* inst = new VTADeviceAPI();
     return inst;
   }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> spare_;
+  std::unordered_map<void*, size_t> live_;
 
  protected:
   void CopyDataFromTo(const void* from, size_t from_offset, void* to, size_t to_offset, size_t size,
@@ -69,5 +113,6 @@ TVM_FFI_STATIC_INIT_BLOCK() {
   refl::GlobalDef()
       .def_packed("vta.ext_dev.device_api",
                   [](tvm::ffi::PackedArgs, tvm::ffi::Any* rv) { *rv = static_cast<void*>(VTADeviceAPI::Global()); })
-      .def("vta.ext_dev.Shutdown", []() { shutting_down = true; });
+      .def("vta.ext_dev.Shutdown", []() { shutting_down = true; })
+      .def("vta.ext_dev.ReleaseWorkspaces", []() { VTADeviceAPI::Global()->ReleaseWorkspaces(Device{kDLExtDev, 0}); });
 }

@@ -57,7 +57,8 @@ class CommandQueue:
     """Builds instruction and uop streams over one ``Device`` and runs them on ``synchronize``."""
 
     def __init__(self, device: Device, *, max_insns: int = MAX_XFER // INSN_BYTES,
-                 uop_staging_bytes: int = 1 << 22, debug_flags: int = 0, debug_stream: TextIO | None = None):
+                 uop_staging_bytes: int = 1 << 22, debug_flags: int = 0, debug_stream: TextIO | None = None,
+                 stream_cache: bool = True, stream_cache_bytes: int = 256 << 20):
         self.device = device
         self.config = cfg = device.config
         self.isa = cfg.isa
@@ -99,6 +100,41 @@ class CommandQueue:
         self._finalizer = weakref.finalize(self, f.free, self._h)
         self.insn_queue = InsnQueue(self.isa, _handle=f.insns_of(self._h), _owner=self)
         self.debug_flags = debug_flags
+        self._buffer_sizes: dict[int, int] = {}
+        self._stream_cache_bytes = int(stream_cache_bytes)
+        self.stream_cache = stream_cache
+
+    # ------------------------------------------------------------------ the command-stream cache
+    @property
+    def stream_cache(self) -> bool:
+        """Whether compiled kernels' streams are built once and replayed while their buffers do not change.
+
+        A kernel compiled by the "vta" pipeline starts with ``StreamBegin`` (the compiler's InjectStreamCache):
+        its call site, every buffer's address and size, its scalars and the debug flags are the key; if the
+        queue is empty and the key was seen, the streams that call built then are handed to the device again
+        (the same words, so the same results and device counters) and the host code's runtime calls are
+        skipped. Freeing device memory through the runtime drops the streams that use it; turning the cache
+        off empties it.
+        """
+        return self._stream_cache
+
+    @stream_cache.setter
+    def stream_cache(self, on: bool) -> None:
+        self._stream_cache = bool(on)
+        self._f.set_stream_cache(self._h, self._stream_cache, self._stream_cache_bytes)
+
+    @property
+    def stream_stats(self) -> dict[str, int]:
+        """The command-stream cache's counts: ``replays`` (kernel calls served from the cache), ``builds``
+        (calls whose streams were recorded), ``uncached`` (calls that found the queue busy, the cache off or
+        DEBUG_DUMP_UOP set), ``dropped`` (entries forgotten because their memory was freed or the cache was
+        cleared), ``evicted`` (least recently used entries over the size budget), ``entries``, ``bytes``."""
+        names = ("replays", "builds", "uncached", "dropped", "evicted", "entries", "bytes")
+        return dict(zip(names, (int(v) for v in self._f.stream_stats(self._h))))
+
+    def _freed(self, phys: int, nbytes: int) -> None:
+        """Device memory [phys, phys+nbytes) was freed: drop the cached streams that use it."""
+        self._f.stream_invalidate(self._h, int(phys), int(nbytes))
 
     @property
     def debug_flags(self) -> int:
@@ -127,10 +163,15 @@ class CommandQueue:
 
     # ------------------------------------------------------------------ buffers
     def buffer_alloc(self, nbytes: int) -> DataBuffer:
-        return DataBuffer(self.device.alloc(nbytes), int(nbytes))
+        buf = DataBuffer(self.device.alloc(nbytes), int(nbytes))
+        self._buffer_sizes[buf.phys] = buf.nbytes
+        return buf
 
     def buffer_free(self, buf: DataBuffer | int) -> None:
-        self.device.free(int(buf))
+        phys = int(buf)
+        nbytes = self._buffer_sizes.pop(phys, buf.nbytes if isinstance(buf, DataBuffer) else 1)
+        self.device.free(phys)
+        self._freed(phys, nbytes)
 
     def buffer_write(self, buf: DataBuffer | int, data: bytes | np.ndarray, offset: int = 0) -> None:
         self.device.write(int(buf) + offset, data)
@@ -286,7 +327,8 @@ class CommandQueue:
             raise
 
     def close(self) -> None:
-        """Free the runtime's device buffers."""
+        """Free the runtime's device buffers (the cached streams load uops from one of them: they go too)."""
+        self._f.stream_clear(self._h)
         for buf in (self._uop_buf, self._insn_buf):
             if buf is not None:
                 self.buffer_free(buf)
@@ -307,6 +349,8 @@ class _Functions:
         self.loop_begin, self.loop_end, self.uop_push = f("LoopBegin"), f("LoopEnd"), f("UopPush")
         self.push_kernel, self.dep_push, self.dep_pop = f("PushKernel"), f("DepPush"), f("DepPop")
         self.synchronize, self.set_debug = f("Synchronize"), f("SetDebug")
+        self.stream_stats, self.stream_invalidate = f("StreamStats"), f("StreamInvalidate")
+        self.stream_clear, self.set_stream_cache = f("StreamClear"), f("SetStreamCache")
 
     @classmethod
     def get(cls) -> _Functions:

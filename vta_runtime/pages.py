@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import bisect
 
+import numpy as np
+
 from vta_hw.spec import PAGE_BYTES
 
 from .errors import DeviceMemoryError, DramAccessError
@@ -27,6 +29,7 @@ class PageAllocator:
         self._starts: list[int] = []              # sorted starts of live allocations
         self._sizes: dict[int, int] = {}          # start -> requested size in bytes
         self._free: list[tuple[int, int]] = [(first, base + nbytes - first)]  # sorted (start, size)
+        self._table: np.ndarray | None = None     # allocation_table(), until the next alloc or free
 
     def alloc(self, nbytes: int) -> int:
         nbytes = int(nbytes)
@@ -41,6 +44,7 @@ class PageAllocator:
                     self._free[k] = (start + span, size - span)
                 bisect.insort(self._starts, start)
                 self._sizes[start] = nbytes
+                self._table = None
                 return start
         largest = max((s for _, s in self._free), default=0)
         raise DeviceMemoryError(f"out of {self.what}: cannot allocate {nbytes} bytes "
@@ -53,6 +57,7 @@ class PageAllocator:
             raise DeviceMemoryError(f"free of {phys:#x}, which is not the start of a device allocation")
         span = _pages(self._sizes.pop(phys))
         self._starts.remove(phys)
+        self._table = None
         bisect.insort(self._free, (phys, span))
         merged: list[tuple[int, int]] = []
         for start, size in self._free:
@@ -66,6 +71,15 @@ class PageAllocator:
     def allocations(self) -> list[tuple[int, int]]:
         """(start, requested bytes) of every live allocation, by address."""
         return [(s, self._sizes[s]) for s in self._starts]
+
+    def allocation_table(self) -> np.ndarray:
+        """The live allocations as a (2, n) int64 array: starts by address, then their requested bytes. Kept
+        until the next alloc or free (the devices check every stream against it); do not modify it."""
+        if self._table is None:
+            t = np.array([self._starts, [self._sizes[s] for s in self._starts]], dtype=np.int64).reshape(2, -1)
+            t.flags.writeable = False
+            self._table = t
+        return self._table
 
     def allocation_of(self, phys: int) -> tuple[int, int] | None:
         """(start, nbytes) of the allocation containing ``phys``, or None."""

@@ -14,6 +14,7 @@
 // same words as before this file existed.
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
+#include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/reflection/registry.h>
 #include <tvm/ffi/string.h>
@@ -23,11 +24,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -524,6 +527,48 @@ struct Callbacks {
   ffi::Function write;        // write(text): debug output
 };
 
+// ------------------------------------------------------------------ the command-stream cache
+// A compiled kernel's streams, built once and replayed while its buffers do not change. The key is
+// everything the host code's stream building reads: the call site (a static handle, numbered like uop
+// kernel handles), every argument (buffer addresses with their sizes, scalars), the debug flags, and the
+// queue's state at entry, which must be empty (no instruction, pending pop, token, uop kernel being
+// recorded or staged uop), so that the uop kernels' residency in the UOP SRAM starts from nothing as it
+// does after every synchronize. The configuration is the queue's own (one cache per queue); the uop
+// staging buffer's address is checked at replay. Host code that does anything but call the stream
+// functions is never cached (the compiler's InjectStreamCache only wraps kernels whose host code is
+// nothing else). A replay hands the device the very streams a fresh build wrote.
+struct StreamRun {
+  ffi::Bytes stream, uops;
+  int64_t count;
+  double timeout;
+  int64_t flags;
+};
+
+struct StreamKey {
+  int64_t site, flags;
+  std::vector<int64_t> args;   // (kind, value) pairs: 0 data pointer, 1 integer, 2 float bits, 3 buffer size
+  bool operator==(const StreamKey& o) const { return site == o.site && flags == o.flags && args == o.args; }
+};
+struct StreamKeyHash {
+  size_t operator()(const StreamKey& k) const {
+    uint64_t h = static_cast<uint64_t>(k.site) * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(k.flags);
+    for (int64_t v : k.args) h = (h ^ static_cast<uint64_t>(v)) * 0x100000001B3ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+struct StreamEntry {
+  std::vector<StreamRun> runs;
+  std::vector<std::pair<int64_t, int64_t>> buffers;   // (physical address, bytes) of the device buffers it uses
+  int64_t uop_base = 0;                               // the uop staging buffer the streams load from (0: none yet)
+  size_t bytes = 0;
+  uint64_t used = 0;                                  // LRU clock
+};
+
+struct StreamStats {
+  int64_t replays = 0, builds = 0, uncached = 0, dropped = 0, evicted = 0;
+};
+
 class Queue {
  public:
   Queue(std::shared_ptr<const Spec> spec, int64_t max_insns, int64_t uop_capacity, int64_t uop_depth,
@@ -533,6 +578,13 @@ class Queue {
 
   InsnQueue q;
   int64_t debug_flags = 0;
+
+  // Debug flags change the stream (FORCE_SERIAL) or what building it prints (DUMP_UOP): a change while a
+  // kernel's stream is being recorded makes that recording unusable.
+  void set_debug(int64_t flags) {
+    if (flags != debug_flags) stream_rec_.reset();
+    debug_flags = flags;
+  }
 
   // ---------------------------------------------------------------- DMA
   int64_t dram_base(int64_t phys, int64_t elem_offset, int64_t memory_type, const char* what) const {
@@ -570,11 +622,7 @@ class Queue {
 
   // Host address -> physical address, for data pointers that compiled code passes.
   int64_t host_to_phys(uint64_t addr) {
-    if (!window_) {
-      ffi::Array<ffi::Any> w = cb_.window().cast<ffi::Array<ffi::Any>>();
-      window_ = Window{static_cast<uint64_t>(w[0].cast<int64_t>()), static_cast<uint64_t>(w[1].cast<int64_t>()),
-                       w[2].cast<ffi::String>()};
-    }
+    window();
     uint64_t phys = addr - window_->base;
     if (!(addr > window_->base && phys < window_->size)) {
       std::ostringstream os;
@@ -674,13 +722,118 @@ class Queue {
     std::string stream = q.encode();
     std::string uops(reinterpret_cast<const char*>(staging_.data()), staging_.size() * sizeof(uint32_t));
     int64_t count = static_cast<int64_t>(q.size());
+    ffi::Bytes stream_bytes(stream), uop_bytes(uops);
+    if (stream_rec_) stream_rec_->second.runs.push_back({stream_bytes, uop_bytes, count, timeout, debug_flags});
     try {
-      cb_.run(ffi::Bytes(stream), ffi::Bytes(uops), count, timeout, debug_flags);
+      cb_.run(stream_bytes, uop_bytes, count, timeout, debug_flags);
     } catch (...) {
+      stream_rec_.reset();
       after_run();
       throw;
     }
     after_run();
+  }
+
+  // ---------------------------------------------------------------- the command-stream cache
+  // A compiled kernel starts: replay its cached streams (true), or record what it builds now (false).
+  // `args` are (kind, value) pairs (see StreamKey); `buffers` the device buffers among them.
+  bool stream_begin(int64_t site, std::vector<int64_t> args, std::vector<std::pair<int64_t, int64_t>> buffers) {
+    stream_rec_.reset();   // a recording still open here belongs to a kernel that failed: drop it
+    if (!stream_cache_ || (debug_flags & DEBUG_DUMP_UOP) || !clean()) {
+      ++stream_stats_.uncached;
+      return false;
+    }
+    StreamKey key{site, debug_flags, std::move(args)};
+    auto it = streams_.find(key);
+    if (it != streams_.end()) {
+      StreamEntry& e = it->second;
+      if (e.uop_base == 0 || (uop_buf_ && e.uop_base == *uop_buf_)) {
+        e.used = ++stream_clock_;
+        ++stream_stats_.replays;
+        for (const StreamRun& r : e.runs) {
+          try {
+            cb_.run(r.stream, r.uops, r.count, r.timeout, r.flags);
+          } catch (...) {
+            after_run();
+            throw;
+          }
+          after_run();
+        }
+        return true;
+      }
+      drop(it);
+    }
+    StreamEntry e;
+    e.buffers = std::move(buffers);
+    stream_rec_.emplace(std::move(key), std::move(e));
+    return false;
+  }
+
+  // The kernel's host code is done: keep what it ran if the queue is as empty as it was at the start.
+  void stream_end(int64_t site) {
+    if (!stream_rec_ || stream_rec_->first.site != site || !clean() || stream_rec_->second.runs.empty()) {
+      stream_rec_.reset();
+      return;
+    }
+    StreamEntry& e = stream_rec_->second;
+    for (const StreamRun& r : e.runs) {
+      e.bytes += r.stream.size() + r.uops.size();
+      if (r.uops.size()) e.uop_base = uop_buf_.value_or(0);
+    }
+    e.used = ++stream_clock_;
+    stream_bytes_ += e.bytes;
+    ++stream_stats_.builds;
+    streams_[stream_rec_->first] = std::move(e);
+    stream_rec_.reset();
+    while (stream_bytes_ > stream_budget_ && streams_.size() > 1) {
+      auto oldest = streams_.begin();
+      for (auto i = streams_.begin(); i != streams_.end(); ++i)
+        if (i->second.used < oldest->second.used) oldest = i;
+      drop(oldest);
+      ++stream_stats_.evicted;
+    }
+  }
+
+  // Device memory [phys, phys + nbytes) is freed: forget the streams that use it.
+  void stream_invalidate(int64_t phys, int64_t nbytes) {
+    for (auto it = streams_.begin(); it != streams_.end();) {
+      bool hit = false;
+      for (const auto& b : it->second.buffers)
+        hit |= b.first < phys + std::max<int64_t>(nbytes, 1) && phys < b.first + std::max<int64_t>(b.second, 1);
+      if (hit) {
+        ++stream_stats_.dropped;
+        it = drop(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void stream_clear() {
+    stream_stats_.dropped += static_cast<int64_t>(streams_.size());
+    streams_.clear();
+    stream_bytes_ = 0;
+    stream_rec_.reset();
+  }
+
+  void set_stream_cache(bool on, int64_t budget) {
+    stream_cache_ = on;
+    stream_budget_ = static_cast<size_t>(budget);
+    if (!on) stream_clear();
+  }
+
+  std::vector<int64_t> stream_stats() const {
+    return {stream_stats_.replays, stream_stats_.builds, stream_stats_.uncached, stream_stats_.dropped,
+            stream_stats_.evicted, static_cast<int64_t>(streams_.size()), static_cast<int64_t>(stream_bytes_)};
+  }
+
+  // Whether a host address is device memory of this queue's device; its physical address in *phys.
+  bool try_host_to_phys(uint64_t addr, int64_t* phys) {
+    window();
+    uint64_t p = addr - window_->base;
+    if (!(addr > window_->base && p < window_->size)) return false;
+    *phys = static_cast<int64_t>(p);
+    return true;
   }
 
  private:
@@ -702,6 +855,36 @@ class Queue {
   int64_t staged_uops_ = 0;
   std::optional<int64_t> uop_buf_;
   std::optional<Window> window_;
+  std::unordered_map<StreamKey, StreamEntry, StreamKeyHash> streams_;
+  std::optional<std::pair<StreamKey, StreamEntry>> stream_rec_;   // the kernel whose streams are being recorded
+  bool stream_cache_ = true;
+  size_t stream_bytes_ = 0, stream_budget_ = size_t{256} << 20;
+  uint64_t stream_clock_ = 0;
+  StreamStats stream_stats_;
+
+  void window() {
+    if (!window_) {
+      ffi::Array<ffi::Any> w = cb_.window().cast<ffi::Array<ffi::Any>>();
+      window_ = Window{static_cast<uint64_t>(w[0].cast<int64_t>()), static_cast<uint64_t>(w[1].cast<int64_t>()),
+                       w[2].cast<ffi::String>()};
+    }
+  }
+
+  // Nothing queued, pending, in flight, being recorded or staged: the state after a synchronize.
+  bool clean() const {
+    if (q.size() || recording_ || staged_uops_) return false;
+    for (int s = 0; s < 4; ++s)
+      if (q.pending_pop_prev[s] || q.pending_pop_next[s]) return false;
+    for (int64_t b : q.balance)
+      if (b) return false;
+    return true;
+  }
+
+  std::unordered_map<StreamKey, StreamEntry, StreamKeyHash>::iterator drop(
+      std::unordered_map<StreamKey, StreamEntry, StreamKeyHash>::iterator it) {
+    stream_bytes_ -= it->second.bytes;
+    return streams_.erase(it);
+  }
 
   std::string key_repr(const Key& k) const {
     auto it = names_.find(k);
@@ -814,6 +997,71 @@ class Queue {
 
 // ------------------------------------------------------------------ the queue compiled code uses
 Queue* g_current = nullptr;
+
+// Device copies of constant host tensors (a compiled network's weights), made once per queue: the Relax VM
+// keeps its constants on the CPU, VTA's DMA reads device memory. The native face of
+// vta_runtime.tvm_bridge._DeviceConstants (same key, same pinning, same budget), which makes the copies.
+class DeviceConstants {
+ public:
+  ffi::Tensor get(Queue* owner, const ffi::Tensor& src) {
+    if (owner != owner_) {
+      clear();
+      owner_ = owner;
+    }
+    const DLTensor* t = src.GetDLTensorPtr();
+    Key key{reinterpret_cast<uint64_t>(t->data) + t->byte_offset, t->dtype.code, t->dtype.bits, t->dtype.lanes,
+            std::vector<int64_t>(t->shape, t->shape + t->ndim)};
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      lru_.splice(lru_.end(), lru_, it->second);   // most recently used last
+      return it->second->dst;
+    }
+    static const ffi::Function make = *ffi::Function::GetGlobal("vta.runtime.native.MakeDeviceConstant");
+    ffi::Tensor dst = make(src).cast<ffi::Tensor>();
+    size_t size = ffi::GetDataSize(*t);
+    lru_.push_back(Entry{key, src, dst, size});
+    index_[key] = std::prev(lru_.end());
+    bytes_ += size;
+    while (bytes_ > budget_ && lru_.size() > 1) {
+      bytes_ -= lru_.front().size;
+      index_.erase(lru_.front().key);
+      lru_.pop_front();
+    }
+    return dst;
+  }
+  void clear() {
+    index_.clear();
+    lru_.clear();
+    bytes_ = 0;
+    owner_ = nullptr;
+  }
+  void forget(Queue* q) {
+    if (owner_ == q) clear();   // a new queue at the same address must not find this one's copies
+  }
+  void set_budget(int64_t b) { budget_ = static_cast<size_t>(b); }
+  int64_t size() const { return static_cast<int64_t>(lru_.size()); }
+
+ private:
+  struct Key {
+    uint64_t data;
+    int code, bits, lanes;
+    std::vector<int64_t> shape;
+    bool operator<(const Key& o) const {
+      return std::tie(data, code, bits, lanes, shape) < std::tie(o.data, o.code, o.bits, o.lanes, o.shape);
+    }
+  };
+  struct Entry {
+    Key key;
+    ffi::Tensor src, dst;   // src pinned: its address cannot be reused by another tensor while the entry lives
+    size_t size;
+  };
+  std::list<Entry> lru_;
+  std::map<Key, std::list<Entry>::iterator> index_;
+  size_t bytes_ = 0, budget_ = size_t{512} << 20;
+  Queue* owner_ = nullptr;
+};
+// never destroyed: its tensors' deleters must not run during static destruction, after Python is gone
+DeviceConstants& g_constants = *new DeviceConstants();
 int64_t g_next_kernel_id = 1;
 
 Queue* current() {
@@ -845,7 +1093,27 @@ Key handle_key(const ffi::AnyView& h, int64_t sig) {
   return Key{2, h.cast<int64_t>(), sig};
 }
 
+// A compiled kernel's call site for the command-stream cache: its static handle, numbered on first use.
+int64_t stream_site(const ffi::AnyView& h) {
+  if (h.type_index() != ffi::TypeIndex::kTVMFFIOpaquePtr) return h.cast<int64_t>();
+  void** slot = static_cast<void**>(h.cast<void*>());
+  if (!slot) VTA_THROW("stream cache handle is NULL");
+  if (!*slot) *slot = reinterpret_cast<void*>(g_next_kernel_id++);
+  return reinterpret_cast<int64_t>(*slot);
+}
+
 Queue* as_queue(int64_t h) { return reinterpret_cast<Queue*>(h); }
+
+// A tensor's bytes, which must be compact (row-major without gaps).
+size_t compact_bytes(const DLTensor* t, const char* what) {
+  int64_t expect = 1;
+  for (int d = t->ndim - 1; d >= 0; --d) {
+    if (t->strides && t->shape[d] != 1 && t->strides[d] != expect)
+      VTA_THROW("TensorCopy: the " << what << " tensor is not compact");
+    expect *= t->shape[d];
+  }
+  return ffi::GetDataSize(*t);
+}
 InsnQueue* as_insns(int64_t h) { return reinterpret_cast<InsnQueue*>(h); }
 
 std::shared_ptr<Spec> make_spec(const ffi::Array<int64_t>& tables, const std::string& formats,
@@ -909,8 +1177,12 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("vta.runtime.native.FreeQueue",
            [](int64_t h) {
              if (g_current == as_queue(h)) g_current = nullptr;
+             g_constants.forget(as_queue(h));
              delete as_queue(h);
            })
+      .def("vta.runtime.native.ClearDeviceConstants", []() { g_constants.clear(); })
+      .def("vta.runtime.native.DeviceConstantCount", []() { return g_constants.size(); })
+      .def("vta.runtime.native.SetDeviceConstantBudget", [](int64_t b) { g_constants.set_budget(b); })
       .def("vta.runtime.native.SetCurrent", [](int64_t h) { g_current = as_queue(h); })
       .def("vta.runtime.native.Current", []() -> int64_t { return reinterpret_cast<int64_t>(g_current); })
       .def("vta.runtime.native.InsnsOf", [](int64_t h) -> int64_t { return reinterpret_cast<int64_t>(&as_queue(h)->q); })
@@ -960,7 +1232,18 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("vta.runtime.native.DepPush", [](int64_t h, int64_t a, int64_t b) { as_queue(h)->dep_push(a, b); })
       .def("vta.runtime.native.DepPop", [](int64_t h, int64_t a, int64_t b) { as_queue(h)->dep_pop(a, b); })
       .def("vta.runtime.native.Synchronize", [](int64_t h, double timeout) { as_queue(h)->synchronize(timeout); })
-      .def("vta.runtime.native.SetDebug", [](int64_t h, int64_t flags) { as_queue(h)->debug_flags = flags; })
+      .def("vta.runtime.native.SetDebug", [](int64_t h, int64_t flags) { as_queue(h)->set_debug(flags); })
+      .def("vta.runtime.native.StreamStats",
+           [](int64_t h) {   // replays, builds, uncached, dropped, evicted, entries, bytes
+             ffi::Array<int64_t> out;
+             for (int64_t v : as_queue(h)->stream_stats()) out.push_back(v);
+             return out;
+           })
+      .def("vta.runtime.native.StreamInvalidate",
+           [](int64_t h, int64_t phys, int64_t nbytes) { as_queue(h)->stream_invalidate(phys, nbytes); })
+      .def("vta.runtime.native.StreamClear", [](int64_t h) { as_queue(h)->stream_clear(); })
+      .def("vta.runtime.native.SetStreamCache",
+           [](int64_t h, bool on, int64_t budget) { as_queue(h)->set_stream_cache(on, budget); })
       // ---------------------------------------------------------------- instruction queues (vta_runtime/insn_queue.py)
       .def("vta.runtime.native.NewInsnQueue",
            [](ffi::Array<int64_t> tables, ffi::String formats, ffi::String names) -> int64_t {
@@ -1056,5 +1339,48 @@ TVM_FFI_STATIC_INIT_BLOCK() {
         double timeout = a[0].cast<double>();
         current()->synchronize(timeout > 0 ? timeout : -1.0);
       }));
-  set("vta.runtime.SetDebugMode", ffi::Function::FromTyped([](int64_t flags) { current()->debug_flags = flags; }));
+  set("vta.runtime.SetDebugMode", ffi::Function::FromTyped([](int64_t flags) { current()->set_debug(flags); }));
+  // StreamBegin(site, args...): each buffer is its data pointer followed by its size in bytes, each scalar
+  // its value (vta_compiler/transform/sync.py writes the call). 1: the cached streams were replayed.
+  set("vta.runtime.StreamBegin", ffi::Function::FromPacked([](PackedArgs a, ffi::Any* rv) {
+        Queue* q = current();
+        int64_t site = stream_site(a[0]);
+        std::vector<int64_t> args;
+        std::vector<std::pair<int64_t, int64_t>> buffers;
+        args.reserve(2 * a.size());
+        for (int i = 1; i < a.size(); ++i) {
+          int32_t t = a[i].type_index();
+          if (t == ffi::TypeIndex::kTVMFFIOpaquePtr || t == ffi::TypeIndex::kTVMFFINone) {
+            uint64_t ptr = t == ffi::TypeIndex::kTVMFFINone ? 0 : reinterpret_cast<uint64_t>(a[i].cast<void*>());
+            int64_t nbytes = i + 1 < a.size() ? a[i + 1].cast<int64_t>() : 0;
+            ++i;
+            args.insert(args.end(), {0, static_cast<int64_t>(ptr), 3, nbytes});
+            int64_t phys;
+            if (ptr && q->try_host_to_phys(ptr, &phys)) buffers.emplace_back(phys, nbytes);
+          } else if (t == ffi::TypeIndex::kTVMFFIFloat) {
+            double d = a[i].cast<double>();
+            int64_t bits;
+            std::memcpy(&bits, &d, sizeof bits);
+            args.insert(args.end(), {2, bits});
+          } else {
+            args.insert(args.end(), {1, a[i].cast<int64_t>()});
+          }
+        }
+        *rv = static_cast<int64_t>(q->stream_begin(site, std::move(args), std::move(buffers)));
+      }));
+  // TensorCopy(src, dst): copy a tensor between the CPU and device memory (both are host memory, see
+  // vta_compiler/ext_dev.cc) into a tensor the Relax VM allocated, so from its pooled allocator.
+  set("vta.runtime.TensorCopy", ffi::Function::FromPacked([](PackedArgs a, ffi::Any*) {
+        DLTensor* src = a[0].cast<DLTensor*>();
+        DLTensor* dst = a[1].cast<DLTensor*>();
+        size_t n = compact_bytes(src, "source"), m = compact_bytes(dst, "destination");
+        if (n != m) VTA_THROW("TensorCopy: the source has " << n << " bytes, the destination " << m);
+        std::memcpy(static_cast<char*>(dst->data) + dst->byte_offset,
+                    static_cast<const char*>(src->data) + src->byte_offset, n);
+      }));
+  set("vta.runtime.DeviceConstant", ffi::Function::FromTyped([](ffi::Tensor src) {
+        return g_constants.get(current(), src);
+      }));
+  set("vta.runtime.StreamEnd",
+      ffi::Function::FromPacked([](PackedArgs a, ffi::Any*) { current()->stream_end(stream_site(a[0])); }));
 }

@@ -64,3 +64,48 @@ def test_compiled_code_runs_on_fsim():
         assert AluOp.ADD == 2 and MemType.ACC == 3
     finally:
         vta_runtime.set_command_queue(None)
+
+
+def test_tensor_copy_between_cpu_and_device_memory():
+    """TensorCopy (what a compiled network uses to pack and unpack) copies the bytes and refuses a size mismatch."""
+    pytest.importorskip("vta_compiler")        # the ext_dev device
+    tvm_bridge.register()
+    vta_runtime.set_command_queue(CommandQueue(FsimDevice()))
+    try:
+        copy = tvm.get_global_func("vta.runtime.TensorCopy")
+        x = np.random.default_rng(4).integers(-128, 128, (2, 3, 16), dtype=np.int8)
+        on_dev = tvm.runtime.empty(x.shape, "int8", device=tvm.ext_dev(0))
+        copy(tvm.runtime.tensor(x), on_dev)
+        back = tvm.runtime.empty(x.shape, "int8")
+        copy(on_dev, back)
+        np.testing.assert_array_equal(back.numpy(), x)
+        np.testing.assert_array_equal(on_dev.numpy(), x)
+        with pytest.raises(vta_runtime.RuntimeUsageError, match="the source has 96 bytes, the destination 48"):
+            copy(tvm.runtime.tensor(x), tvm.runtime.empty((3, 16), "int8"))
+    finally:
+        vta_runtime.set_command_queue(None)
+
+
+def test_device_constants_are_copied_once_per_queue():
+    pytest.importorskip("vta_compiler")
+    tvm_bridge.register()
+    vta_runtime.set_command_queue(CommandQueue(FsimDevice()))
+    try:
+        const = tvm.get_global_func("vta.runtime.DeviceConstant")
+        w = np.arange(64, dtype=np.int32).reshape(4, 16)
+        src = tvm.runtime.tensor(w)
+        first = const(src)
+        assert first.device.dlpack_device_type() == tvm.ext_dev(0).dlpack_device_type()
+        np.testing.assert_array_equal(first.numpy(), w)
+        again = const(src)
+        assert again.data_ptr() == first.data_ptr()           # the same device copy
+        other = const(tvm.runtime.tensor(w + 1))
+        assert other.data_ptr() != first.data_ptr()
+        np.testing.assert_array_equal(other.numpy(), w + 1)
+        vta_runtime.set_command_queue(CommandQueue(FsimDevice()))   # another device: copies of its own
+        fresh = const(src)
+        np.testing.assert_array_equal(fresh.numpy(), w)
+        assert vta_runtime.command_handle().device.dram.allocation_of(
+            fresh.data_ptr() - vta_runtime.device.host_window(vta_runtime.command_handle().device)[0]) is not None
+    finally:
+        vta_runtime.set_command_queue(None)

@@ -11,6 +11,18 @@ The registered TIR pipeline ``"vta.graph"`` also compiles a packed module in one
 (``tvm.compile(pmod, "llvm", tir_pipeline="vta.graph")``): it sends the kernels through the "vta"
 pipeline and every other PrimFunc through the default one.
 
+The host code's Relax pipeline is TVM's default one with operator fusion added after legalization
+(``FuseOps``/``FuseTIR``, which ``tvm.compile``'s default pipeline on the CPU leaves out): a chain of
+element-wise host operators (a hard-swish with its requantization, a layout change with the ops around it)
+becomes one compiled function with one output allocation instead of one per operator. Each fused operator
+computes what it computed alone, in the same order and type, so results stay equal bit for bit to the
+quantized module's CPU build (``tvm.compile(qmod, "llvm")``, one function per operator), which the tests
+check on every network; with one exception, which decides: TVM's LLVM back end contracts a multiply and
+an add into a fused multiply-add where the CPU has one (x86 with FMA, AArch64), which rounds once instead
+of twice. So host operators are fused only for a host target whose code has no fused multiply-add (the
+simulators' default x86-64 target, ARMv7 without VFPv4): ``_contracts`` compiles ``a * b + c`` for the
+target and looks for one.
+
 Relax's ``StaticPlanBlockMemory`` shares storage between tensors by size and dtype only, not by
 device, so it could hand a CPU op's output ext_dev storage; it is disabled and the VM's pooled
 allocator of each device recycles the buffers instead.
@@ -26,11 +38,193 @@ import tvm
 from tvm import relax, tirx
 
 from ..build_module import PIPELINE, _host_mismatch, build_config
-from ..environment import SIMULATED_TARGETS, Environment, get_env
+from ..environment import SIMULATED_TARGETS, TARGET_HOSTS, Environment, get_env
 from .ir import GraphError
 from .kernels import is_vta_kernel
 
 GRAPH_PIPELINE = "vta.graph"
+
+
+#: fused multiply-add mnemonics: x86 (FMA3/FMA4), AArch64, ARMv7 VFPv4/NEON
+_FMA = ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub", "fmla", "fmls", "fmadd", "fmsub", "fnmadd", "fnmsub", "vfma",
+        "vfms", "vfnma", "vfnms")
+
+
+_contraction: dict[str, bool] = {}
+#: x86-64 micro-architecture levels by the /proc/cpuinfo flags they need (v3 without its FMA, see _contracts)
+_X86_LEVELS = (("x86-64-v3", {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}),
+               ("x86-64-v2", {"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"}))
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def host_ops_target(env: Environment) -> tvm.target.Target:
+    """The target the host operators are compiled for: the configuration's host CPU (``env.target_host``), and for
+    the simulators, whose host is this machine, this x86-64 CPU's vector extensions (x86-64-v3 or -v2) without
+    fused multiply-add. Vector instructions compute what scalar ones do; only a fused multiply-add rounds
+    differently."""
+    if env.TARGET in SIMULATED_TARGETS and platform.machine() in ("x86_64", "AMD64"):
+        flags = _cpu_flags()
+        for level, needs in _X86_LEVELS:
+            if needs <= flags:
+                return tvm.target.Target({**TARGET_HOSTS[env.TARGET], "mcpu": level, "mattr": ["-fma"]})
+    return env.target_host
+
+
+def _contracts(target: tvm.target.Target) -> bool:
+    """Whether TVM's LLVM code for this host target turns ``a * b + c`` into a fused multiply-add."""
+    key = str(target)
+    if key not in _contraction:
+        from tvm import te
+        a, b, c = (te.placeholder((64,), "float32", name=n) for n in "abc")
+        out = te.compute((64,), lambda i: a[i] * b[i] + c[i], name="out")
+        lib = tvm.tirx.build(te.create_prim_func([a, b, c, out]), target=target)
+        mnemonics = (line.split()[0] for line in lib.inspect_source("s").lower().splitlines()
+                     if line.strip() and line[0] in "\t ")
+        _contraction[key] = any(m.startswith(_FMA) for m in mnemonics)
+    return _contraction[key]
+
+
+TENSOR_COPY = "vta.runtime.TensorCopy"
+
+
+@relax.expr_functor.mutator
+class _PooledCopies(relax.PyExprMutator):
+    """``R.to_vdevice`` (a layout change's copy between the CPU and device memory) becomes a call of the
+    runtime's TensorCopy into a tensor the VM allocates: the VM's lowering of to_vdevice allocates a new
+    device tensor on every call (through Python), the VM's own allocations come from its pooled allocator,
+    so a tensor keeps its address from one inference to the next and the command-stream cache replays the
+    streams of the layers that read it."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.to_vdevice":
+            x = call.args[0]
+            ty = x.ty
+            out = relax.TensorType(ty.shape, ty.dtype, vdevice=call.attrs.dst_vdevice)
+            return relax.call_dps_packed(relax.ExternFunc(TENSOR_COPY), [x], out_ty=out)
+        return call
+
+
+def _pooled_copies():
+    @tvm.transform.module_pass(opt_level=0, name="vta.graph.PooledCopies")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        for gv, f in list(mod.functions.items()):
+            if isinstance(f, relax.Function):
+                mod[gv] = _PooledCopies().visit_expr(f)
+        return mod
+    return _pass
+
+
+def _called_targets(mod: tvm.IRModule, f: relax.Function) -> dict:
+    """The targets (by their text) of the PrimFuncs that ``f`` calls."""
+    found = {}
+
+    def visit(e):
+        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.call_tir":
+            callee = mod[e.args[0]]
+            t = callee.attrs.get("target") if callee.attrs else None
+            found[str(t)] = t
+    relax.analysis.post_order_visit(f.body, visit)
+    return found
+
+
+def _fusion() -> list:
+    """FuseOps and FuseTIR, keeping the target of the fused operators: a host operator on tensors in device
+    memory is legalized for the ext_dev target (its host code checks that its tensors are on ext_dev), and
+    FuseTIR's function would lose that."""
+    from tvm.relax import transform
+    targets: dict[str, object] = {}
+
+    @tvm.transform.module_pass(opt_level=0, name="vta.graph.NoteFusedTargets")
+    def note(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        for gv, f in mod.functions.items():
+            if not isinstance(f, relax.Function) or not f.attrs or "Primitive" not in f.attrs:
+                continue
+            found = _called_targets(mod, f)
+            if len(found) > 1:
+                raise GraphError(f"graph.build: the host operators fused into {gv.name_hint} are built for "
+                                 f"different targets ({', '.join(found)}), which one function cannot be")
+            targets[gv.name_hint] = next(iter(found.values()), None)
+        return mod
+
+    @tvm.transform.module_pass(opt_level=0, name="vta.graph.SetFusedTargets")
+    def restore(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        for gv, f in list(mod.functions.items()):
+            t = targets.get(gv.name_hint)
+            if isinstance(f, tirx.PrimFunc) and t is not None and (not f.attrs or "target" not in f.attrs):
+                mod[gv] = f.with_attr("target", t)
+        return mod
+
+    return [transform.AnnotateTIROpPattern(), transform.FuseOps(), note, transform.FuseTIR(), restore, _inline()]
+
+
+def _inline_producers(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """A fused function with its intermediate blocks inlined into their consumers: one loop nest that keeps
+    every intermediate value in a register instead of one pass over memory per operator (LLVM then
+    vectorizes it). Inlining substitutes each value's expression where it is used, so every operation and
+    its float32 rounding stay as they were."""
+    from tvm import s_tir
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    try:
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except Exception:       # not one root block of blocks (a function TVM did not make by legalization)
+        return func
+    for b in reversed(blocks[:-1]):
+        try:
+            sch.compute_inline(b)
+        except Exception:   # a reduction, or a block whose result is a function output: it stays a loop nest
+            pass
+    return sch.mod["main"]
+
+
+def _inline():
+    @tvm.transform.module_pass(opt_level=0, name="vta.graph.InlineFusedProducers")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        for gv, f in list(mod.functions.items()):
+            if isinstance(f, tirx.PrimFunc) and gv.name_hint.startswith("fused_") and not is_vta_kernel(f):
+                mod[gv] = _inline_producers(f)
+        return mod
+    return _pass
+
+
+def _host_pipeline(fuse: bool):
+    """TVM's default Relax build pipeline (``relax.pipeline.default_build_pipeline``), with the copies between
+    the CPU and device memory pooled (``_PooledCopies``) and, if ``fuse``, fusion after ``LegalizeOps``."""
+    from tvm.relax import backend, transform
+    fusion = _fusion() if fuse else []
+
+    @tvm.transform.module_pass(opt_level=0, name="vta.graph.HostPipeline")
+    def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return tvm.transform.Sequential([
+            _pooled_copies(),
+            backend.DispatchSampling(),
+            backend.DispatchSortScan(),
+            transform.LegalizeOps(),
+            *fusion,
+            transform.RewriteDataflowReshape(),
+            transform.ToNonDataflow(),
+            transform.RemovePurityChecking(),
+            transform.CallTIRRewrite(),
+            transform.StaticPlanBlockMemory(),
+            transform.RewriteCUDAGraph(),
+            transform.LowerAllocTensor(),
+            transform.KillAfterLastUse(),
+            transform.LowerRuntimeBuiltin(),
+            transform.ComputePrimValue(),
+            transform.VMShapeLower(),
+            transform.AttachGlobalSymbol(),
+        ])(mod)
+    return _pipeline
 
 
 def _graph_pipeline_factory():
@@ -101,7 +295,11 @@ def build(pmod: tvm.IRModule, env: Environment | None = None) -> relax.VMExecuta
         host["main"] = _KernelCalls(set(names)).visit_expr(pmod["main"])
         host = host.with_attr("external_mods", [static])
     with tvm.transform.PassContext(opt_level=3, disabled_pass=["StaticPlanBlockMemory"]):
-        ex = tvm.compile(host, target=env.target_host)
+        target = host_ops_target(env)
+        fuse = not _contracts(target)
+        if not fuse:
+            target = env.target_host
+        ex = tvm.compile(host, target=target, relax_pipeline=_host_pipeline(fuse))
     if env.TARGET not in SIMULATED_TARGETS and platform.machine() not in ("armv7l", "aarch64"):
         target, source = env.TARGET, env.config.source
 

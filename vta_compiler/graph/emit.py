@@ -108,8 +108,8 @@ class Packer:
 
     def packed_const(self, c: Const, out: Node):
         """A constant operand of a packed host op: a scalar, or one value per channel, blocked."""
-        if c.value.size == 1:
-            return self.devconst(c.value.reshape((1,)), f"{out.name}_k")   # 0-d constants reach the VM as (1,)
+        if c.value.size == 1:     # a scalar: an immediate of the legalized op, as in the quantized module
+            return const(c.value.reshape(()))
         vec = channel_vector(c, out.shape[1], "constant")
         bl = self.env.BLOCK_OUT
         cp = _ceil(out.shape[1], bl)

@@ -14,6 +14,7 @@ In pipeline order (after FlattenBuffer):
 ``FoldUopLoop``            GEMM uop nests -> cached uop kernels with up to two hardware loops
 ``LowerStorage``           drop on-chip allocations; refuse host access to on-chip buffers
 ``InjectSync``             run the stream at the end of the kernel (``Synchronize``)
+``InjectStreamCache``      replay the kernel's streams while its buffers do not change
 =========================  ================================================================
 
 ``DebugPrologue(flag)`` is added by ``build_config(debug_flag=...)``.
@@ -29,7 +30,7 @@ from .common import VTACompileError
 from .deps import inject_dep_tokens
 from .dma import inject_dma
 from .memory import hoist_allocations, lower_storage, plan_memory
-from .sync import debug_prologue, inject_skip, inject_sync
+from .sync import debug_prologue, inject_skip, inject_stream_cache, inject_sync
 from .uop import fold_uop_loop, lift_uop_scope
 from .vthread import inject_virtual_threads
 
@@ -56,6 +57,7 @@ InjectALU = _make("vta.InjectALU", inject_alu)
 FoldUopLoop = _make("vta.FoldUopLoop", fold_uop_loop)
 LowerStorage = _make("vta.LowerStorage", lower_storage)
 InjectSync = _make("vta.InjectSync", inject_sync)
+InjectStreamCache = _make("vta.InjectStreamCache", inject_stream_cache)
 
 
 def DebugPrologue(flag: int):
@@ -68,9 +70,10 @@ def DebugPrologue(flag: int):
 def vta_passes() -> list:
     """The VTA passes in pipeline order."""
     return [LiftUopScope(), InjectVirtualThread(), InjectSkip(), HoistAllocations(), PlanMemory(),
-            InjectDepTokens(), InjectDMA(), InjectALU(), FoldUopLoop(), LowerStorage(), InjectSync()]
+            InjectDepTokens(), InjectDMA(), InjectALU(), FoldUopLoop(), LowerStorage(), InjectSync(),
+            InjectStreamCache()]
 
 
 __all__ = ["VTACompileError", "InjectSkip", "LiftUopScope", "InjectVirtualThread", "HoistAllocations", "PlanMemory",
-           "InjectDepTokens", "InjectDMA", "InjectALU", "FoldUopLoop", "LowerStorage", "InjectSync", "DebugPrologue",
-           "vta_passes"]
+           "InjectDepTokens", "InjectDMA", "InjectALU", "FoldUopLoop", "LowerStorage", "InjectSync",
+           "InjectStreamCache", "DebugPrologue", "vta_passes"]
