@@ -136,7 +136,7 @@ DERIVED = [
     ("ACC_BUFF_DEPTH", "ACC SRAM elements (and OUT's)"), ("UOP_BUFF_DEPTH", "UOP SRAM entries"),
     ("LOG_INP_BUFF_DEPTH", "index bits of INP (LID)"), ("LOG_WGT_BUFF_DEPTH", "index bits of WGT (LWD)"),
     ("LOG_ACC_BUFF_DEPTH", "index bits of ACC (LAD)"), ("LOG_UOP_BUFF_DEPTH", "index bits of UOP (LUD)"),
-    ("AXI_DATA_BITS", "width of the memory port (from TARGET)"),
+    ("AXI_DATA_BITS", "width of the core's memory bus (the TARGET's port width x AXI_PORTS)"),
     ("AXI_MAX_BURST_BEATS", "longest burst the target's memory port takes"),
     ("fpga_device", "FPGA part"), ("fpga_freq", "clock in MHz"),
     ("BITSTREAM", "bitstream name (spec 1.3)"), ("MODEL", "TARGET + bitstream name: the compiler's target model"),
