@@ -1016,7 +1016,10 @@ class DeviceConstants {
       lru_.splice(lru_.end(), lru_, it->second);   // most recently used last
       return it->second->dst;
     }
-    static const ffi::Function make = *ffi::Function::GetGlobal("vta.runtime.native.MakeDeviceConstant");
+    // never destroyed: it holds a Python function, whose release during static destruction (after Python is
+    // gone) crashes the process at exit
+    static const ffi::Function& make =
+        *new ffi::Function(*ffi::Function::GetGlobal("vta.runtime.native.MakeDeviceConstant"));
     ffi::Tensor dst = make(src).cast<ffi::Tensor>();
     size_t size = ffi::GetDataSize(*t);
     lru_.push_back(Entry{key, src, dst, size});

@@ -1,5 +1,8 @@
 """Compiled TIR code drives the runtime through the registered global functions."""
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -109,3 +112,27 @@ def test_device_constants_are_copied_once_per_queue():
             fresh.data_ptr() - vta_runtime.device.host_window(vta_runtime.command_handle().device)[0]) is not None
     finally:
         vta_runtime.set_command_queue(None)
+
+
+def test_a_process_that_used_device_constants_exits_cleanly(tmp_path):
+    """The runtime's cached handle on a Python function must not be released after Python is gone (that
+    aborted the process at exit: "double free or corruption")."""
+    pytest.importorskip("vta_compiler")
+    import subprocess
+    import sys
+    script = tmp_path / "use_constants.py"
+    script.write_text(
+        "import numpy as np, tvm, vta_runtime, vta_compiler\n"
+        "from vta_runtime import tvm_bridge, CommandQueue\n"
+        "from sim.fsim import FsimDevice\n"
+        "tvm_bridge.register()\n"
+        "vta_runtime.set_command_queue(CommandQueue(FsimDevice()))\n"
+        "const = tvm.get_global_func('vta.runtime.DeviceConstant')\n"
+        "w = np.arange(64, dtype=np.int32).reshape(4, 16)\n"
+        "assert (const(tvm.runtime.tensor(w)).numpy() == w).all()\n"
+        "print('used')\n")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert "used" in run.stdout, run.stderr
+    assert run.returncode == 0, f"exit status {run.returncode}: {run.stderr[-2000:]}"
