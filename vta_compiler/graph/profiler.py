@@ -36,6 +36,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import re
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -108,6 +109,12 @@ class _CallLog:
             self.calls[self.current]["t1"] = now
             self.current = None
         return 0
+
+
+def _host_op_name(name: str) -> str:
+    """A host function's name without the target tags that legalization for VDevices adds to each fused
+    operator (``fused_transpose1_llvm_reshape2_llvm`` -> ``fused_transpose1_reshape2``)."""
+    return re.sub(r"_(llvm|ext_dev)(?=_|$)", "", name)
 
 
 def _is_bookkeeping(name: str) -> bool:
@@ -456,7 +463,8 @@ def _assemble(device, cfg, rows, calls, runs, profiled, outputs, wall, clock_mhz
                     for unit, v in _busy_of_run(profiled[k]).items():
                         ly.busy[unit] = ly.busy.get(unit, 0) + v
         else:
-            h = (builtins if _is_bookkeeping(name) else host).setdefault(name, HostOp(name, 0, 0.0))
+            shown = name if _is_bookkeeping(name) else _host_op_name(name)
+            h = (builtins if _is_bookkeeping(name) else host).setdefault(shown, HostOp(shown, 0, 0.0))
             h.calls += 1
             h.seconds += c["t1"] - c["t0"]
     for ly in layers.values():
