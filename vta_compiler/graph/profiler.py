@@ -111,6 +111,11 @@ class _CallLog:
         return 0
 
 
+def _short(name: str, width: int = 48) -> str:
+    """A long fused function's name cut for the table's summary line (the trace keeps it whole)."""
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
 def _host_op_name(name: str) -> str:
     """A host function's name without the target tags that legalization for VDevices adds to each fused
     operator (``fused_transpose1_llvm_reshape2_llvm`` -> ``fused_transpose1_reshape2``)."""
@@ -232,7 +237,7 @@ class Profile:
                     f"({100 * macs / cyc / self.peak_macs_per_cycle if cyc else 0:.1f}%); bus peak "
                     f"{self.peak_mbps:,.0f} MB/s")
         hs = sorted(self.host_ops, key=lambda h: -h.seconds)
-        top = ", ".join(f"{h.name} {h.seconds * 1e3:.2f} ms" + (f" ({h.calls}x)" if h.calls > 1 else "")
+        top = ", ".join(f"{_short(h.name)} {h.seconds * 1e3:.2f} ms" + (f" ({h.calls}x)" if h.calls > 1 else "")
                         for h in hs[:5])
         runtime_ms = sum(ly.host_seconds for ly in self.layers) * 1e3
         builtin_ms = sum(h.seconds for h in self.builtins) * 1e3
