@@ -130,10 +130,13 @@ def base_config(board: Board) -> dict:
 
 
 def point_key(board: Board, cfg: Config, image: int = 224) -> str:
-    """The cache key of a point: its hardware, the board's part and system, the hardware sources, the timing
-    model and the networks' image size (boards with the same part and system, Pynq-Z1 and -Z2, share it)."""
+    """The cache key of a point: its hardware, the board's part and system, the hardware sources, where its
+    SRAMs go (block RAM or UltraRAM), the timing model and the networks' image size (boards with the same
+    part and system, Pynq-Z1 and -Z2, share it)."""
+    from vta_hw.synth import sram_styles
     from vta_hw.verilog import source_hash
-    blob = json.dumps([VERSION, board.part, board.target, cfg.hash(hardware_only=True), source_hash(),
+    styles = sram_styles(cfg, board.capacity) if board.capacity is not None else None
+    blob = json.dumps([VERSION, board.part, board.target, cfg.hash(hardware_only=True), source_hash(), styles,
                        timing.model_hash(), image])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -98,11 +98,15 @@ def sram_styles(cfg, dev: Device) -> dict[str, str]:
     """Where each SRAM goes on ``dev``: ``"block"`` or ``"ultra"`` (UltraRAM). Starting from block RAM,
     SRAMs move to UltraRAM, largest block-RAM user first, while that lowers the larger of the two
     fractions of the part used (block RAM, UltraRAM); a part without UltraRAM keeps everything in block
-    RAM. The fractions are estimates from the memories' shapes (``_blocks``)."""
+    RAM. The fractions are estimates from the memories' shapes (``_blocks``). Only memories no deeper than
+    one URAM288 (4,096 words) are candidates: a deeper one is several URAMs whose read data yosys selects
+    with fabric logic before the output register, which the timing check refuses (an unregistered
+    UltraRAM output; the UOP SRAM of 8,192 words did so on the xczu7ev)."""
     mems = srams(cfg)
     styles = dict.fromkeys(mems, "block")
     if not dev.uram:
         return styles
+    uram_depth = max(d for d, _, _ in _URAM_SHAPES)
     cost = {n: (_blocks(d, w, _BRAM_SHAPES), _blocks(d, w, _URAM_SHAPES)) for n, (d, w) in mems.items()}
 
     def worst(st):
@@ -110,6 +114,8 @@ def sram_styles(cfg, dev: Device) -> dict[str, str]:
         u = sum(cost[n][1] for n in st if st[n] == "ultra")
         return max(b / dev.bram36, u / dev.uram)
     for name in sorted(mems, key=lambda n: -cost[n][0]):
+        if mems[name][0] > uram_depth:
+            continue
         trial = {**styles, name: "ultra"}
         if worst(trial) < worst(styles):
             styles = trial

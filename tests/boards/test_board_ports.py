@@ -53,8 +53,10 @@ def test_two_ports_on_hpc0_and_hpc1(tmp_path, one_port_plan):
 def test_srams_go_to_ultraram_where_that_is_better():
     zcu, u96 = BOARDS["zcu104"].capacity, DEVICES["xcup"]
     big = load_config(BIG)
-    # the weights (1,024 x 8,192 bits: 228 BRAM36 or 114 URAM288 > 96) stay in block RAM, the rest moves
-    assert sram_styles(big, zcu) == {"uop": "ultra", "inp": "ultra", "wgt": "block", "acc": "ultra", "out": "ultra"}
+    # the weights (1,024 x 8,192 bits: 228 BRAM36 or 114 URAM288 > 96) stay in block RAM, and so do the uops
+    # (8,192 words: two URAMs behind a fabric multiplexer, an unregistered UltraRAM output); the rest moves
+    assert big.UOP_BUFF_DEPTH == 8192
+    assert sram_styles(big, zcu) == {"uop": "block", "inp": "ultra", "wgt": "block", "acc": "ultra", "out": "ultra"}
     assert set(sram_styles(big, u96).values()) == {"block"}        # the xczu3eg has no UltraRAM
     small = load_config({**BIG, "LOG_WGT_BUFF_SIZE": 18})           # 256 x 8,192 bits: 114 of either kind
     assert sram_styles(small, zcu)["wgt"] == "block" and sram_styles(small, zcu)["acc"] == "ultra"
