@@ -31,10 +31,9 @@ from pathlib import Path
 
 from vta_hw.spec import Config
 from vta_hw.synth import parse_stat
-from vta_hw.verilog import strip_zero_init
 
 from .cyclonev import ACP_WINDOW_BASE, LW_BRIDGE_BASE, LW_BRIDGE_BYTES, CycloneVTop, hps_blackboxes
-from .toolflow import FlowError, ToolFlow
+from .toolflow import FlowError, ToolFlow, write_plan
 
 TOP_NAME = "vta_top"
 SYNTH_CMD = "synth_intel_alm -family cyclonev"
@@ -95,15 +94,7 @@ def make_plan(board, cfg: Config, out: Path, progress) -> dict:
                                f"window {LW_BRIDGE_BASE:#x}-{LW_BRIDGE_BASE + LW_BRIDGE_BYTES - 1:#x}")
     platform = board.platform()
     plan = platform.build(CycloneVTop(cfg), name=TOP_NAME, do_build=False, add_constraints=SDC_EXTRA)
-    for name in (f"{TOP_NAME}.v", f"{TOP_NAME}.debug.v"):   # megabytes of all-zero memory initialisers
-        if name in plan.files:
-            plan.files[name] = strip_zero_init(plan.files[name])
-    quartus = out / "quartus"
-    if quartus.exists():
-        shutil.rmtree(quartus)
-    plan.extract(quartus)
-    with open(out / f"{cfg.BITSTREAM}_plan.zip", "wb") as f:
-        plan.archive(f)
+    quartus = write_plan(plan, out, "quartus", TOP_NAME, cfg.BITSTREAM)
     (out / "yosys").mkdir(exist_ok=True)
     (out / "yosys" / "hps_blackbox.v").write_text(hps_blackboxes(cfg))
     progress(f"[bitstream] {board.name}: plan written to {quartus} ({time.perf_counter() - t0:.1f} s)")

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from vta_hw.spec import Config
+from vta_hw.verilog import strip_zero_init
 
 
 class FlowError(RuntimeError):
     """The flow cannot go on; the message says why and what to do."""
+
+
+def write_plan(plan, out: Path, folder: str, top_name: str, bitstream: str) -> Path:
+    """An Amaranth build plan extracted into ``out/folder`` (replacing what was there) and archived as
+    ``out/<bitstream>_plan.zip``, its Verilog without the all-zero memory initialisers; the folder."""
+    for name in (f"{top_name}.v", f"{top_name}.debug.v"):   # megabytes of all-zero memory initialisers
+        if name in plan.files:
+            plan.files[name] = strip_zero_init(plan.files[name])
+    dest = out / folder
+    if dest.exists():
+        shutil.rmtree(dest)
+    plan.extract(dest)
+    with open(out / f"{bitstream}_plan.zip", "wb") as f:
+        plan.archive(f)
+    return dest
 
 
 class ToolFlow:

@@ -18,10 +18,9 @@ from pathlib import Path
 from vta_hw import timing
 from vta_hw.spec import Config, load_config
 from vta_hw.synth import run_yosys, sram_styles, summarise
-from vta_hw.verilog import strip_zero_init
 
 from .platforms import Board
-from .toolflow import FlowError, ToolFlow
+from .toolflow import FlowError, ToolFlow, write_plan
 from .zynq import TOPS
 
 TOP_NAME = "vta_top"
@@ -46,15 +45,7 @@ def make_plan(board: Board, cfg: Config, out: Path, progress) -> dict:
         platform.vta_sram_styles = styles     # vta_hw.sram.Sram reads it
     top = TOPS[board.family](cfg)
     plan = platform.build(top, name=TOP_NAME, do_build=False)
-    for name in (f"{TOP_NAME}.v", f"{TOP_NAME}.debug.v"):   # megabytes of all-zero memory initialisers
-        if name in plan.files:
-            plan.files[name] = strip_zero_init(plan.files[name])
-    vivado = out / "vivado"
-    if vivado.exists():
-        shutil.rmtree(vivado)
-    plan.extract(vivado)
-    with open(out / f"{cfg.BITSTREAM}_plan.zip", "wb") as f:
-        plan.archive(f)
+    vivado = write_plan(plan, out, "vivado", TOP_NAME, cfg.BITSTREAM)
     progress(f"[bitstream] {board.name}: plan written to {vivado} ({time.perf_counter() - t0:.1f} s)")
     desc = {
         "board": board.name, "part": board.part, "family": board.family, "clock_mhz": cfg.fpga_freq,
