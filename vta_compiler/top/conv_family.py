@@ -249,9 +249,9 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
     n_gemm = threads * k_n
     load_dur = (inp1, inp_all, wgt1)
 
-    def step(lf, cf, prev, first):
-        """One step's loads and GEMMs; ``prev``: the previous step's GEMM end times, or the time the first
-        step's loads wait for (a float)."""
+    def step_loads(lf, prev, first):
+        """One step's loads: the load module's free time and when each input and weight buffer is filled;
+        ``prev``: the previous step's GEMM end times, or the time the first step's loads wait for (a float)."""
         inp = [0.0] * n_inp_buf
         wgt = [0.0] * (k_n * vo_n)
         for kind, buf, readers in loads:
@@ -263,6 +263,11 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
                 inp[buf] = lf
             else:
                 inp = [lf] * n_inp_buf
+        return lf, inp, wgt
+
+    def step(lf, cf, prev, first):
+        """One step's loads and GEMMs; ``prev`` as for ``step_loads``."""
+        lf, inp, wgt = step_loads(lf, prev, first)
         g = [0.0] * n_gemm
         for _, gi, b, w in gemms:
             dep = inp[b]
@@ -296,17 +301,7 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
         if steps == 1:
             # no chunk loop: the loads wait for the previous tile's GEMMs of their buffers; each output-channel
             # thread's epilogue follows its GEMMs
-            inp = [0.0] * n_inp_buf
-            wgt = [0.0] * (k_n * vo_n)
-            for kind, buf, readers in loads:
-                dep = max(map(prev_g.__getitem__, readers))
-                lf = (lf if lf > dep else dep) + load_dur[kind]
-                if kind == 2:
-                    wgt[buf] = lf
-                elif kind == 0:
-                    inp[buf] = lf
-                else:
-                    inp = [lf] * n_inp_buf
+            lf, inp, wgt = step_loads(lf, prev_g, False)
             g = [0.0] * n_gemm
             last_vo = 0
             for vo, gi, b, w in gemms:
