@@ -276,3 +276,46 @@ def test_te_functions_left_by_the_importer_are_refused_by_name():
     mod, params = graph.from_onnx(model)
     with pytest.raises(graph.GraphError, match=r"calls TE functions of its module \(tile: TVM's importer"):
         graph.quantize(mod, params, global_scale=4.0)
+
+
+def _stable_softmax_model(inf_shape=()):
+    """jax2tf's softmax (magika): ``exp(z - max(-inf, reduce_max(z)))`` normalised, and a ``min(+inf, .)``."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.normal(0, .5, (8, 6)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.full(inf_shape, -np.inf, np.float32), "neg_inf"),
+             numpy_helper.from_array(np.full((), np.inf, np.float32), "pos_inf"),
+             numpy_helper.from_array(np.array([1], np.int64), "axes")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["z"]),
+             helper.make_node("ReduceMax", ["z", "axes"], ["zmax"], keepdims=1),
+             helper.make_node("Max", ["neg_inf", "zmax"], ["m"]),
+             helper.make_node("Sub", ["z", "m"], ["d"]),
+             helper.make_node("Min", ["d", "pos_inf"], ["dc"]),
+             helper.make_node("Exp", ["dc"], ["e"]),
+             helper.make_node("ReduceSum", ["e", "axes"], ["s"], keepdims=1),
+             helper.make_node("Div", ["e", "s"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits, opset=18)
+
+
+def test_max_with_minus_infinity_and_min_with_infinity_are_dropped():
+    """``max(-inf, y)`` is ``y`` (and ``min(+inf, y)``): the infinities are gone from the imported graph, the
+    float result is ONNX Runtime's, and the quantizer takes the model (it refuses infinite constants)."""
+    model = _stable_softmax_model()
+    x = np.random.default_rng(3).normal(0, 1, (1, 8)).astype(np.float32)
+    mod, params = graph.from_onnx(model)
+    assert params and all(np.all(np.isfinite(np.asarray(v))) for v in params.values())
+    assert "inf" not in mod["main"].script()
+    want = _ort(model, {"x": x})[0]
+    np.testing.assert_allclose(_run_float(mod, params, x)[0], want, rtol=1e-5, atol=1e-6)
+    graph.quantize(mod, params, calibration=[x])
+
+
+def test_an_infinite_operand_that_widens_the_result_is_kept():
+    """The negative control: ``max(-inf[1, 6], reduce_max(z)[1, 1])`` broadcasts to (1, 6), so it is not ``y``:
+    it stays, and the quantizer refuses its infinities by name as before."""
+    model = _stable_softmax_model(inf_shape=(1, 6))
+    x = np.random.default_rng(3).normal(0, 1, (1, 8)).astype(np.float32)
+    mod, params = graph.from_onnx(model)
+    np.testing.assert_allclose(_run_float(mod, params, x)[0], _ort(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(graph.QuantizationError, match="infinite"):
+        graph.quantize(mod, params, calibration=[x])

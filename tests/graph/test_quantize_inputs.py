@@ -249,3 +249,46 @@ def test_every_layer_that_cannot_be_quantized_is_reported_at_once():
     assert msg.endswith(f"keep them in float (skip_layers={skip!r}) or use a coarser input scale")
     qmod = graph.quantize(mod, params, calibration=[x], skip_layers=skip)
     assert graph.layer_outputs(qmod) == [good]
+
+
+def byte_embedding_model(rng, vocab: int = 8, length: int = 16, width: int = 32):
+    """magika's shape: int32 ids -> one-hot (Equal against a range, Cast) -> 3-D matmul + bias -> relu ->
+    3-D matmul."""
+    inits = {"vocab": np.arange(vocab, dtype=np.int32), "axis": np.array([-1], np.int64),
+             "w1": rng.normal(0, .4, (vocab, width)).astype(np.float32),
+             "b1": rng.normal(0, .3, (width,)).astype(np.float32),
+             "w2": rng.normal(0, .2, (width, 16)).astype(np.float32)}
+    nodes = [helper.make_node("Unsqueeze", ["ids", "axis"], ["ids3"]),
+             helper.make_node("Equal", ["ids3", "vocab"], ["hot"]),
+             helper.make_node("Cast", ["hot"], ["onehot"], to=F),
+             helper.make_node("MatMul", ["onehot", "w1"], ["e"]),
+             helper.make_node("Add", ["e", "b1"], ["eb"]),
+             helper.make_node("Relu", ["eb"], ["er"]),
+             helper.make_node("MatMul", ["er", "w2"], ["y"])]
+    return model_of(nodes, inits, [("ids", TensorProto.INT32, [1, length])], [("y", F, [1, length, 16])])
+
+
+def test_an_integer_input_and_3d_matmuls_run_with_their_dense_layers_on_vta(fsim):
+    """Token ids or bytes (magika's int32 input): the integer operators before the first float one run on the
+    host as the model writes them (the quantizer once refused any non-float input). The matmuls of a
+    sequence (rank 3, constant weight) are dense layers over its rows, with the bias and the relu after
+    the first folded in; both run on VTA and equal the CPU run bit for bit, close to ONNX Runtime's float."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(5)
+    model = byte_embedding_model(rng)
+    cal = [rng.integers(0, 8, (1, 16), dtype=np.int32) for _ in range(3)]
+    x = rng.integers(0, 8, (1, 16), dtype=np.int32)
+    mod, params = graph.from_onnx(model)
+    qmod = graph.quantize(mod, params, calibration=cal)
+    assert graph.layer_outputs(qmod) == ["dense_0", "dense_1"]
+    got = run_cpu(qmod, x)[0]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"ids": x})[0]
+    assert got.shape == want.shape == (1, 16, 16) and len(np.unique(got)) > 8
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+    pmod = graph.graph_pack(qmod)
+    pl = graph.placement(pmod)
+    assert len(pl.vta_rows) == 2 and pl.vta_share == 1.0
+    assert [r["op"] for r in pl.vta_rows] == ["dense +bias+>>shift[c]+clip(0, 127)",
+                                              "dense +bias+>>shift[c]+clip(-128, 127)"], "bias and relu fold in"
+    assert [r["op"] for r in pl.rows if r["device"] == "CPU" and r["layout"] != "packed"].count("clip") == 1
+    np.testing.assert_array_equal(run_vta(graph.build(pmod), x)[0], got)

@@ -30,16 +30,12 @@ VTA_SHARE = {
     # placement counts no MACs for a conv1d, so the share reads 0 of 0
     "silero_vad": (0.0, "1-D convolutions stay on the CPU"),
     "nudenet": (0.99, ""),
+    # the byte embedding (a one-hot of the int32 input) and the layer norms stay on the CPU
+    "magika": (0.9, ""),
 }
 
 #: today's failures, each at its stage with its exact message (a regular expression)
-KNOWN_FAILURES = {
-    # the exporter computes with infinities (a -inf stacked beside a value, then a maximum): the quantizer has no
-    # int8 form of it and no float region to keep it in
-    "magika": ("quantize", graph.QuantizationError,
-               r"\(relax.stack\) holds NaN or infinite values carried from a constant of the model, which no int8 "
-               r"scale can represent"),
-}
+KNOWN_FAILURES: dict[str, tuple] = {}
 
 
 class KnownFailure(Exception):
@@ -138,7 +134,7 @@ def test_the_int8_zoo_models_follow_float(fsim):
     equal to VTA's): the classifiers agree with float on these samples, the maps correlate. The bars are
     today's, not issue 21's targets (those belong to the quantization work)."""
     bars = {"ppocr_cls": ("agreement", 0.8), "ppocr_det": ("int8", 0.8), "sklearn_mlp": ("agreement", 0.95),
-            "silero_vad": ("int8", 0.75), "ppocr_rec": ("agreement", 0.5)}
+            "silero_vad": ("int8", 0.75), "ppocr_rec": ("agreement", 0.5), "magika": ("int8", 0.9)}
     for name, (key, bar) in bars.items():
         if not _installed(name):
             continue

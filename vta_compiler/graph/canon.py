@@ -132,6 +132,53 @@ def _dense_from(node: Node) -> Node | None:
     return Node(node.name, "dense", [x], node.shape, node.dtype, None, attrs)
 
 
+def _reshape_node(name: str, x: Node, shape: tuple[int, ...]) -> Node:
+    v = relax.Var("x", relax.TensorType(x.shape, x.dtype))
+    return Node(name, "relax.reshape", [x, relax.ShapeExpr(list(shape))], shape, x.dtype,
+                relax.op.reshape(v, relax.ShapeExpr(list(shape))))
+
+
+def _flat_dense_from(node: Node) -> list[Node] | None:
+    """``matmul(x, W)`` with ``x`` of rank > 2 (tokens of a sequence: magika's byte embedding, a transformer's
+    projections) and a constant 2-D ``W``, as ``reshape(dense(reshape(x, (rows, K))), (..., N))``: the rows of
+    every leading axis are one dense layer's batch."""
+    x, w = node.args[:2]
+    if not (isinstance(x, Node) and isinstance(w, Const)) or len(x.shape) <= 2 or w.value.ndim != 2 or \
+            node.shape[:-1] != x.shape[:-1]:
+        return None
+    rows = int(np.prod(x.shape[:-1]))
+    flat = _reshape_node(f"{node.name}_rows", x, (rows, x.shape[-1]))
+    dense = _dense_from(Node(node.name, node.op, [flat, w], (rows, node.shape[-1]), node.dtype, node.call))
+    return [flat, dense, _reshape_node(f"{node.name}_unflat", dense, node.shape)]
+
+
+def _unflattens(view: Node, layer: Node) -> bool:
+    """Whether ``view`` reshapes a dense layer's (rows, N) output to (..., N): the rows of a sequence again (as
+    ``_flat_dense_from`` and TVM's importer write a rank-3 matmul)."""
+    return layer.op == "dense" and view.op == "relax.reshape" and len(view.shape) > 2 and \
+        view.shape[-1] == layer.shape[1] and int(np.prod(view.shape[:-1])) == layer.shape[0]
+
+
+def _on_rows(nxt: Node, unflat: Node, layer: Node) -> Node | None:
+    """``nxt`` (elementwise on a flattened dense layer's ``unflat`` view) as the same operator on the layer's
+    rows, if its constant varies along the last axis only; None otherwise."""
+    n_out = layer.shape[1]
+    args = []
+    for a in nxt.args:
+        if a is unflat:
+            args.append(layer)
+        elif isinstance(a, Const) and a.value.ndim <= len(unflat.shape) and \
+                (a.value.size == 1 or (a.value.shape[-1] == n_out and a.value.size == n_out)):
+            args.append(Const(a.value.reshape((1, -1) if a.value.size > 1 else a.value.shape)))
+        elif isinstance(a, Node) or isinstance(a, Const):
+            return None
+        else:
+            args.append(a)
+    if tuple(nxt.shape) != tuple(unflat.shape):
+        return None
+    return Node(nxt.name, nxt.op, args, layer.shape, nxt.dtype, nxt.call)
+
+
 def _channel_vector(c: Const, out_shape: tuple[int, ...]) -> np.ndarray | None:
     """The constant as one value per output channel (axis 1), or None if it varies along another axis."""
     v = c.value.astype(np.float64)
@@ -234,8 +281,14 @@ def canonicalize(g: Graph) -> Graph:
         elif node.op == "relax.nn.conv2d_transpose":
             new = _conv_transpose_from(node)
         elif node.op == "relax.matmul":
-            new = _dense_from(node)
-        if new is not None:
+            new = _dense_from(node) or _flat_dense_from(node)
+        if isinstance(new, list):
+            for n in new:
+                n.source = node.source
+            k = g.nodes.index(node)
+            g.nodes[k:k + 1] = new
+            g.replace_uses(node, new[-1])
+        elif new is not None:
             new.source = node.source
             g.nodes[g.nodes.index(node)] = new
             g.replace_uses(node, new)
@@ -255,6 +308,15 @@ def canonicalize(g: Graph) -> Graph:
                 g.nodes.remove(nxt)
                 changed = True
                 break
+            # a dense layer over a sequence's rows: fold what follows the view that unflattens them
+            if _unflattens(nxt, layer) and len(users[id(nxt)]) == 1 and users[id(nxt)][0] is not None:
+                after = users[id(nxt)][0]
+                rows = _on_rows(after, nxt, layer)
+                if rows is not None and _fold_next(layer, rows):
+                    g.replace_uses(after, nxt)
+                    g.nodes.remove(after)
+                    changed = True
+                    break
     for n in list(g.nodes):        # a batch norm that follows no layer: per-channel arithmetic
         if n.op == "relax.nn.batch_norm" and (aff := _bn_affine(n)) is not None:
             mul, add = _affine_nodes(n, *aff)

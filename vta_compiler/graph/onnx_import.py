@@ -13,7 +13,9 @@ ONNX importer converts:
   dynamic is refused with the ``shape_dict`` to pass;
 * onnxscript's optimizer and onnxsim then infer shapes and fold constants, which turns the shape arithmetic
   exporters write (Paddle2ONNX's ``Shape -> Cast -> Slice -> Cast -> Concat -> Reshape``, PyTorch's
-  ``Shape -> Gather -> Unsqueeze -> Concat``) into constants, and folds ``If`` on a constant condition.
+  ``Shape -> Gather -> Unsqueeze -> Concat``) into constants, and folds ``If`` on a constant condition;
+* ``Max`` / ``Min`` operands that are constant -inf / +inf (no int8 scale holds them; jax2tf's softmax
+  writes ``max(-inf, reduce_max(x))``) are dropped: ``max(-inf, y)`` is ``y``.
 
 An operator the importer has no converter for, or whose converter fails, is refused with the ONNX
 node's name, type and input shapes, and what to do (TVM's own errors come from C++ and name no node).
@@ -340,7 +342,56 @@ def simplify_onnx(model, shape_dict: Mapping[str, Sequence[int]] | None = None,
     if constants:
         _bind_constants(m, constants)
     _fix_shapes(m, shape_dict or {})
-    return _optimize(m)
+    m = _optimize(m)
+    _drop_identity_operands(m)
+    return m
+
+
+#: elementwise operators and the constant that leaves every other operand as it is (their identity element)
+_IDENTITY_OPERANDS = {"Max": -np.inf, "Min": np.inf}
+
+
+def _drop_identity_operands(model) -> None:
+    """Remove constant operands of ``Max`` / ``Min`` that hold only their identity (-inf / +inf) and do not
+    widen the result by broadcasting: ``max(-inf, y)`` is ``y``. Exporters write it (jax2tf's stable softmax
+    subtracts ``max(-inf, reduce_max(x))``), and no int8 scale can represent an infinity. A node left with one
+    operand becomes an ``Identity``."""
+    import onnx
+    from onnx import numpy_helper
+    consts = {t.name: t for t in model.graph.initializer}
+    consts.update({n.output[0]: n.attribute[0].t for n in model.graph.node
+                   if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = {v.name: _dims(v) for v in list(inferred.graph.value_info) + list(inferred.graph.input)}
+    shapes.update({name: list(t.dims) for name, t in consts.items()})
+    dropped: set[str] = set()
+    for node in model.graph.node:
+        ident = _IDENTITY_OPERANDS.get(node.op_type)
+        if ident is None or node.domain not in _DEFAULT_DOMAINS or len(node.input) < 2:
+            continue
+        values = {i: numpy_helper.to_array(consts[i]) for i in node.input if i in consts}
+        drop = [i for i, v in values.items() if v.dtype.kind == "f" and v.size and np.all(v == ident)]
+        keep = [i for i in node.input if i not in drop]
+        if not drop or not keep:
+            continue
+        kept_shapes = [shapes.get(i) for i in keep]
+        if any(s is None or any(not isinstance(d, int) for d in s) for s in kept_shapes):
+            continue
+        try:
+            full = np.broadcast_shapes(*[tuple(s) for s in kept_shapes], *[values[i].shape for i in drop])
+        except ValueError:
+            continue
+        if full != np.broadcast_shapes(*[tuple(s) for s in kept_shapes]):
+            continue           # the constant widens the result: keep it
+        del node.input[:]
+        node.input.extend(keep)
+        if len(keep) == 1:
+            node.op_type = "Identity"
+        dropped.update(drop)
+    used = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output} | \
+        {i.name for i in model.graph.input}
+    for t in [t for t in model.graph.initializer if t.name in dropped and t.name not in used]:
+        model.graph.initializer.remove(t)
 
 
 def prepare_onnx(model, shape_dict: Mapping[str, Sequence[int]] | None = None,

@@ -374,7 +374,7 @@ class _Emitter:
 
     def host(self, n: Node) -> None:
         ins = n.inputs
-        ints = ins and all(self.is_int(a) or a.op == "input" for a in ins) and \
+        ints = ins and all(self.is_int(a) or (a.op == "input" and a.dtype.startswith("float")) for a in ins) and \
             all(isinstance(a, Node) for a in n.tensor_args)
         if n.op == TUPLE_ITEM:
             self.tuple_item(n)
@@ -411,11 +411,9 @@ class _Emitter:
         with self.bb.function("main", params, attrs={"num_input": len(params)}):
             with self.bb.dataflow():
                 for n, p in zip(g.inputs, params):
-                    if n.dtype.startswith("float"):
-                        self.f[id(n)] = p
-                    else:
-                        raise QuantizationError(f"input {n.name!r} has dtype {n.dtype}; the quantizer expects float "
-                                                "inputs")
+                    # an integer input (token ids, bytes) is computed with as the model writes it, on the host,
+                    # until it meets a float operator
+                    self.f[id(n)] = p
                 for n in g.nodes:
                     if n.op != "input":
                         self.host(n)
