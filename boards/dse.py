@@ -10,7 +10,7 @@ SRAM sizes, the number of AXI ports where the board has two coherent ones, the c
 * **the clock it supports**: the timing estimate of the same netlist (``vta_hw.timing``), with the routing
   allowance of the timing guide (logic at most 70% of the period), rounded down to a clock the PS makes
   (``CLOCKS``); a block RAM or DSP output used before a register disqualifies the point;
-* **tsim cycles** of ResNet-18 and ResNet-50 (v1, 224x224, batch = the configuration's BATCH): the
+* **tsim cycles** of ResNet-18, ResNet-50 (v1) and MobileNet v1 (224x224, batch = the configuration's BATCH): the
   distinct layers of each network (``autotune.extract_tasks``) measured on tsim with the board's own memory
   system (servers with ``--tsim-system``), each with the cost model's tiling (``--trials 1``, the default)
   or tuned (``--trials N``), summed with their multiplicities (the VTA part of the network);
@@ -28,8 +28,9 @@ on this machine (``TsimMeasure``), or every server registered with ``--tracker H
 any_tsim.json --tsim-system <the board's TARGET>``), so more machines make a sweep faster.
 
 ``--ship`` writes the best point (the least ResNet-18 ms per image among those that fit and meet their
-clock) to ``configs/<board>.json`` with its clock (``FPGA_FREQ``); ``nox -s bitstream -- --board B`` then
-builds it by default.
+clock) to ``configs/<board>.json`` with the clock it ships with (``FPGA_FREQ``): the fastest PS clock that holds
+the worst path with estimated routing (``routed_clock``; the 70% rule's clock above is optimistic, the timing
+guide says); ``nox -s bitstream -- --board B`` then builds it by default.
 """
 
 from __future__ import annotations
@@ -55,7 +56,10 @@ OUT_ROOT = REPO / "build" / "dse"
 CONFIGS_DIR = REPO / "configs"
 #: clocks (MHz) the sweep considers per PS family: what its PLLs make with integer dividers
 CLOCKS = {"zynq7": (100, 125, 142, 166, 200, 250), "zynqmp": (150, 200, 250, 300, 333, 375)}
-NETWORKS = {"resnet18": 18, "resnet50": 50}
+#: the networks a point is measured on: name -> (builder in vta_compiler.graph.models, its arguments)
+NETWORKS = {"resnet18": ("resnet_onnx", {"depth": 18}), "resnet50": ("resnet_onnx", {"depth": 50}),
+            "mobilenet_v1": ("mobilenet_v1_onnx", {})}
+NETWORK_TITLES = {"resnet18": "ResNet-18", "resnet50": "ResNet-50", "mobilenet_v1": "MobileNet v1"}
 #: SRAM depths (log2 of elements: INP, WGT, ACC) a sweep tries; a uop holds an ACC index, an INP-or-ACC index
 #: and a WGT index in 32 bits (vta_hw.spec.isa)
 DEPTHS = {"std": (11, 10, 11), "wgt": (11, 11, 10), "half": (10, 9, 10)}
@@ -203,8 +207,9 @@ def network_tasks(network: str, env, image: int = 224):
     """The distinct VTA layers of ``network`` at the environment's batch (quantized without calibration)."""
     from vta_compiler import graph
     from vta_compiler.autotune import extract_tasks
-    from vta_compiler.graph.models import resnet_onnx
-    mod, params = graph.from_onnx(resnet_onnx(NETWORKS[network], batch=env.BATCH, image=image))
+    from vta_compiler.graph import models
+    builder, kwargs = NETWORKS[network]
+    mod, params = graph.from_onnx(getattr(models, builder)(batch=env.BATCH, image=image, **kwargs))
     return extract_tasks(graph.quantize(mod, params, global_scale=8.0), env)
 
 
@@ -282,21 +287,25 @@ def table(board: Board, results: list[Result]) -> str:
             r.capacity.get(k) else "-"
     has_uram = bool(board.capacity.uram)
     head = ["configuration", "status", "LUT", "BRAM36"] + (["URAM"] if has_uram else []) + \
-        ["DSP", "logic ns", "est. fmax", "clock", "ResNet-18 ms", "ResNet-50 ms", "per image (18 / 50)"]
+        ["DSP", "logic ns", "est. fmax", "clock (with est. routing)"] + \
+        [f"{NETWORK_TITLES[n]} ms" for n in NETWORKS] + \
+        ["per image (" + " / ".join(NETWORK_TITLES[n] for n in NETWORKS) + ")"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         cfg = r.cfg
+        routed = routed_clock(board, r)
+        scale = r.clock_mhz / routed if routed else None
+
+        def f(x, scale=scale):
+            return f"{x:.2f} ({x * scale:.2f})" if x is not None and scale else f"{x:.2f}" if x is not None else "-"
         ms = {n: r.ms(n, per_image=False) for n in NETWORKS}
         per = {n: r.ms(n) for n in NETWORKS}
-
-        def f(x):
-            return f"{x:.2f}" if x is not None else "-"
+        clock = f"{r.clock_mhz} MHz" + (f" ({routed})" if routed else "") if r.clock_mhz else "-"
         cells = [describe(cfg), r.status + (f" ({r.note})" if r.note else ""), pct(r, "luts"), pct(r, "bram36")] + \
             ([pct(r, "uram")] if has_uram else []) + \
             [pct(r, "dsps"), f"{r.worst_logic_ns:.2f}" if r.worst_logic_ns else "-",
-             f"{r.fmax_mhz:.0f} MHz" if r.fmax_mhz else "-", f"{r.clock_mhz} MHz" if r.clock_mhz else "-",
-             f(ms["resnet18"]), f(ms["resnet50"]),
-             f"{f(per['resnet18'])} / {f(per['resnet50'])}" if cfg.BATCH > 1 else "same"]
+             f"{r.fmax_mhz:.0f} MHz" if r.fmax_mhz else "-", clock,
+             *[f(ms[n]) for n in NETWORKS], " / ".join(f(per[n]) for n in NETWORKS) if cfg.BATCH > 1 else "same"]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -330,17 +339,40 @@ def plot(board: Board, results: list[Result], path: Path, network: str = "resnet
     plt.close(fig)
 
 
-def best(results: list[Result]) -> Result | None:
-    ok = [r for r in results if r.status == "ok" and r.ms("resnet18") is not None]
-    return min(ok, key=lambda r: (r.ms("resnet18"), r.ms("resnet50") or 0, r.summary.get("dsps", 0))) if ok else None
+def routed_clock(board: Board, r: Result) -> int | None:
+    """The clock a point ships with: the fastest clock the PS makes whose period holds the worst path "with
+    estimated routing" (``vta_hw.timing``), the figure the timing guide calls the better guide to what a
+    Vivado build reaches (the 70% rule of ``clock_mhz`` is optimistic); never above ``clock_mhz``."""
+    if not r.worst_routed_ns or not r.clock_mhz:
+        return None
+    ok = [c for c in CLOCKS[board.family] if c <= min(1000 / r.worst_routed_ns, r.clock_mhz)]
+    return max(ok) if ok else None
+
+
+def shipped_ms(board: Board, r: Result, network: str) -> float | None:
+    """ms per image of ``network`` at the clock the point ships with."""
+    c, clock = r.cycles.get(network), routed_clock(board, r)
+    return c / (clock * 1e3) / r.cfg.BATCH if c is not None and clock else None
+
+
+def best(results: list[Result], board: Board | None = None) -> Result | None:
+    """The point with the least ResNet-18 ms per image (at its shipped clock, given the board), then ResNet-50,
+    then the fewest DSPs."""
+    def ms(r, n):
+        return shipped_ms(board, r, n) if board is not None else r.ms(n)
+    ok = [r for r in results if r.status == "ok" and ms(r, "resnet18") is not None]
+    return min(ok, key=lambda r: (ms(r, "resnet18"), ms(r, "resnet50") or 0, r.summary.get("dsps", 0))) if ok else None
 
 
 def ship(board: Board, r: Result, configs_dir: Path = CONFIGS_DIR) -> Path:
-    cfg = r.cfg
+    """Write ``configs/<board>.json``: the point's configuration with the clock it ships with (``FPGA_FREQ``,
+    see ``routed_clock``)."""
+    clock = routed_clock(board, r)
+    if clock is None:
+        raise ValueError(f"dse: {describe(r.cfg)} on {board.name} has no clock with estimated routing to ship with")
     configs_dir.mkdir(parents=True, exist_ok=True)
     path = configs_dir / f"{board.name}.json"
-    d = dict(cfg.cfg_dict)
-    d.setdefault("FPGA_FREQ", cfg.fpga_freq)        # a shipped configuration always states its clock
+    d = {**r.cfg.cfg_dict, "FPGA_FREQ": clock}
     path.write_text(json.dumps(d, indent=2) + "\n")
     return path
 
@@ -396,7 +428,8 @@ def run(board_name: str, points: list[dict], args) -> list[Result]:
                       f"({data['seconds']:.0f} s)", flush=True)
                 cached[i].write_text(json.dumps(results[i].to_json(), indent=1))
     for i, r in enumerate(results):
-        if r.status in ("synthesised", "no cycles") or (r.status == "ok" and args.trials > 1):
+        unmeasured = r.status == "ok" and any(n not in r.cycles for n in args.networks)
+        if r.status in ("synthesised", "no cycles") or (r.status == "ok" and args.trials > 1) or unmeasured:
             print(f"[dse] {board.name}: tsim cycles of {describe(r.cfg)} at {r.clock_mhz} MHz", flush=True)
             measure_cycles(r, board, cached[i].parent, args)
             cached[i].write_text(json.dumps(r.to_json(), indent=1))
@@ -408,10 +441,12 @@ def run(board_name: str, points: list[dict], args) -> list[Result]:
     except ImportError:
         print("[dse] matplotlib is not installed: no picture (pip install matplotlib)", flush=True)
     print(text)
-    b = best(results)
+    b = best(results, board)
     if b is not None:
-        print(f"[dse] {board.name}: best {describe(b.cfg)} at {b.clock_mhz} MHz: ResNet-18 {b.ms('resnet18'):.2f} ms "
-              f"per image" + (f", ResNet-50 {b.ms('resnet50'):.2f} ms" if b.ms("resnet50") else ""))
+        clock = routed_clock(board, b)
+        print(f"[dse] {board.name}: best {describe(b.cfg)} at {clock} MHz (estimated routing; {b.clock_mhz} MHz by "
+              "the 70% rule): " + ", ".join(f"{NETWORK_TITLES[n]} {shipped_ms(board, b, n):.2f} ms" for n in NETWORKS
+                                           if shipped_ms(board, b, n)) + " per image")
         if args.ship:
             print(f"[dse] wrote {ship(board, b)}")
     return results
@@ -426,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the small default sweep of each board, or every batch/block/SRAM/port combination")
     p.add_argument("--point", action="append", type=json.loads, metavar="JSON",
                    help='only these points, as configuration keys, e.g. \'{"LOG_BLOCK": 5, "AXI_PORTS": 2}\'')
-    p.add_argument("--networks", default="resnet18,resnet50", help="networks measured (default resnet18,resnet50)")
+    p.add_argument("--networks", default=",".join(NETWORKS), help=f"networks measured (default {','.join(NETWORKS)})")
     p.add_argument("--trials", type=int, default=1, help="tuning trials per layer (1: the cost model's tiling)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="synthesis processes (default: every core)")
     p.add_argument("--servers", type=int, default=os.cpu_count() or 1, help="tsim servers started here (default: "

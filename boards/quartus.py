@@ -33,7 +33,7 @@ from vta_hw.spec import Config
 from vta_hw.synth import parse_stat
 
 from .cyclonev import ACP_WINDOW_BASE, LW_BRIDGE_BASE, LW_BRIDGE_BYTES, CycloneVTop, hps_blackboxes
-from .toolflow import FlowError, ToolFlow, write_plan
+from .toolflow import RPC_WARNING, FlowError, ToolFlow, write_plan
 
 TOP_NAME = "vta_top"
 SYNTH_CMD = "synth_intel_alm -family cyclonev"
@@ -206,10 +206,7 @@ def instructions(out: Path, board, cfg: Config) -> str:
             f"  5. on the board (MSEL switches 01010: FPP x32, compressed): python -m vta_compiler.exec.rpc_server "
             f"--host 0.0.0.0, then from the host vta.program_fpga(remote) and vta.reconfig_runtime(remote) "
             f"(see README, 'Boards').\n"
-            f"     WARNING: TVM's RPC has no authentication and accepts uploads and native modules: anyone who\n"
-            f"     reaches that port runs code on the board (as root). Use --host 0.0.0.0 only on a private link\n"
-            f"     (the board cabled to the host) or a private network behind the tracker; otherwise keep the\n"
-            f"     default 127.0.0.1 and connect through an SSH tunnel: ssh -L 9091:localhost:9091 <board>")
+            + RPC_WARNING)
 
 
 class Quartus(ToolFlow):

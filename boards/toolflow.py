@@ -8,6 +8,12 @@ from pathlib import Path
 from vta_hw.spec import Config
 from vta_hw.verilog import strip_zero_init
 
+#: the last lines of every flow's instructions: starting the board's RPC server safely
+RPC_WARNING = ("     WARNING: TVM's RPC has no authentication and accepts uploads and native modules: anyone who\n"
+               "     reaches that port runs code on the board (as root). Use --host 0.0.0.0 only on a private link\n"
+               "     (the board cabled to the host) or a private network behind the tracker; otherwise keep the\n"
+               "     default 127.0.0.1 and connect through an SSH tunnel: ssh -L 9091:localhost:9091 <board>")
+
 
 class FlowError(RuntimeError):
     """The flow cannot go on; the message says why and what to do."""

@@ -20,7 +20,7 @@ from vta_hw.spec import Config, load_config
 from vta_hw.synth import run_yosys, sram_styles, summarise
 
 from .platforms import Board
-from .toolflow import FlowError, ToolFlow, write_plan
+from .toolflow import RPC_WARNING, FlowError, ToolFlow, write_plan
 from .zynq import TOPS
 
 TOP_NAME = "vta_top"
@@ -124,10 +124,7 @@ def instructions(out: Path, board: Board, cfg: Config) -> str:
             f"  4. install it into the bitstream cache: vta-bitstream install {out / (cfg.BITSTREAM + '.bit')}\n"
             f"  5. on the board: python -m vta_compiler.exec.rpc_server --host 0.0.0.0, then from the host\n"
             f"     vta.program_fpga(remote) and vta.reconfig_runtime(remote) (see README, 'Boards').\n"
-            f"     WARNING: TVM's RPC has no authentication and accepts uploads and native modules: anyone who\n"
-            f"     reaches that port runs code on the board (as root). Use --host 0.0.0.0 only on a private link\n"
-            f"     (the board cabled to the host) or a private network behind the tracker; otherwise keep the\n"
-            f"     default 127.0.0.1 and connect through an SSH tunnel: ssh -L 9091:localhost:9091 <board>")
+            + RPC_WARNING)
 
 
 class Vivado(ToolFlow):

@@ -68,9 +68,9 @@ def test_pareto_front():
     assert dse.pareto(pts) == [True, True, False, False, False, True]
 
 
-def _done(board, batch, ms18, dsps):
+def _done(board, batch, ms18, dsps, routed_ns=3.9):
     cfg = load_config({**dse.base_config(board), "LOG_BATCH": batch, "LOG_WGT_BUFF_SIZE": 18 + batch * 0})
-    r = dse.Result(config={**cfg.cfg_dict, "FPGA_FREQ": 300}, status="ok", clock_mhz=300,
+    r = dse.Result(config={**cfg.cfg_dict, "FPGA_FREQ": 300}, status="ok", clock_mhz=300, worst_routed_ns=routed_ns,
                    summary={"dsps": dsps, "bram36": 100, "luts": 1, "ffs": 1, "uram": 0})
     r.cycles = {"resnet18": int(ms18 * cfg.BATCH * 300e3), "resnet50": int(3 * ms18 * cfg.BATCH * 300e3)}
     return r
@@ -81,12 +81,22 @@ def test_best_point_and_what_is_shipped(tmp_path):
     a, b = _done(u96, 0, 20.0, 129), _done(u96, 1, 12.0, 257)
     assert b.ms("resnet18") == pytest.approx(12.0) and b.ms("resnet18", per_image=False) == pytest.approx(24.0)
     assert dse.best([a, b, dse.Result(config=a.config, status="does not fit")]) is b
+    # it ships with the clock of its worst path with estimated routing: 1 / 3.9 ns = 256 MHz -> the PS's 250
+    assert dse.routed_clock(u96, b) == 250 and dse.shipped_ms(u96, b, "resnet18") == pytest.approx(12.0 * 300 / 250)
     path = dse.ship(u96, b, tmp_path)
     shipped = json.loads(path.read_text())
-    assert path.name == "ultra96.json" and shipped["FPGA_FREQ"] == 300 and shipped["LOG_BATCH"] == 1
-    assert load_config(path).fpga_freq == 300
+    assert path.name == "ultra96.json" and shipped["FPGA_FREQ"] == 250 and shipped["LOG_BATCH"] == 1
+    assert load_config(path).fpga_freq == 250
     text = dse.table(u96, [a, b])
-    assert "2x16x16" in text and "| 24.00 |" in text and "12.00 / 36.00" in text
+    assert "2x16x16" in text and "300 MHz (250)" in text and "| 24.00 (28.80) |" in text
+    assert "12.00 (14.40) / 36.00 (43.20)" in text
+    # never above the 70% rule's clock; and the ranking is at the shipped clock: a routing-bound point loses
+    fast = _done(u96, 0, 20.0, 129, routed_ns=1.0)
+    assert dse.routed_clock(u96, fast) == 300
+    slow = _done(u96, 1, 12.0, 257, routed_ns=6.0)                    # 166 MHz -> 150: 24 ms per image
+    assert dse.best([fast, slow]) is slow and dse.best([fast, slow], u96) is fast
+    with pytest.raises(ValueError, match="no clock with estimated routing"):
+        dse.ship(u96, _done(u96, 0, 20.0, 129, routed_ns=None), tmp_path)
 
 
 def test_network_cycles_are_the_layers_times_their_uses(tmp_path):
