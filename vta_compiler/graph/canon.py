@@ -19,6 +19,7 @@ import numpy as np
 from tvm import relax
 
 from .ir import TUPLE_ITEM, Const, Graph, GraphError, Node
+from .qdq import carry
 
 AFFINE = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
 #: the canonical layer ops
@@ -304,6 +305,7 @@ def canonicalize(g: Graph) -> Graph:
                 continue
             nxt = us[0]
             if _fold_next(layer, nxt):
+                carry(nxt, layer)
                 g.replace_uses(nxt, layer)
                 g.nodes.remove(nxt)
                 changed = True
@@ -313,6 +315,7 @@ def canonicalize(g: Graph) -> Graph:
                 after = users[id(nxt)][0]
                 rows = _on_rows(after, nxt, layer)
                 if rows is not None and _fold_next(layer, rows):
+                    carry(after, layer)
                     g.replace_uses(after, nxt)
                     g.nodes.remove(after)
                     changed = True

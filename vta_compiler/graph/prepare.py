@@ -13,6 +13,7 @@ import tvm
 from .canon import LAYERS, canonicalize
 from .frontend import normalize
 from .ir import Graph, Node
+from .qdq import carry, strip_qdq
 
 
 class QuantizationError(ValueError):
@@ -27,14 +28,17 @@ def fuse_add_relu(g: Graph) -> None:
             if len(us) == 1 and us[0] is not None and us[0].op == "relax.nn.relu":
                 relu = us[0]
                 n.attrs["act"] = ("clip", 0.0, None)
+                carry(relu, n)
                 g.replace_uses(relu, n)
                 g.nodes.remove(relu)
                 users = g.users()
 
 
 def prepare(mod: tvm.IRModule, params: Any = None) -> Graph:
-    """The float network as a graph of canonical layers (weights bound, batch norm folded)."""
+    """The float network as a graph of canonical layers (weights bound, batch norm folded); a pre-quantized
+    model's QDQ pairs are removed, their exponents noted on the tensors (``graph.qdq``)."""
     g = Graph.from_relax(normalize(mod, params))
+    strip_qdq(g)
     canonicalize(g)
     fuse_add_relu(g)
     return g

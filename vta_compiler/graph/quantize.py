@@ -33,6 +33,7 @@ import tvm
 from tvm import relax
 
 from . import calibrate as cal
+from . import qdq
 from . import sensitivity as sens
 from .calibrate import EXP_MAX, METHODS, exponent_for
 from .canon import LAYERS, out_channel_rows, scale_out_channels
@@ -434,7 +435,7 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
              global_scale: float | None = None, skip_layers: Sequence = (), per_channel: bool = True,
              percentile: float | None = None, calibrate: str = "max", depthwise_channels: bool = True,
              bias_correction: bool = False, float_budget: float | None = None, eval_data: Iterable | None = None,
-             metric=None) -> tvm.IRModule:
+             metric=None, qdq_scales: str = "exact") -> tvm.IRModule:
     """Quantize a float network to VTA's integer form; returns a Relax module that runs on the CPU as is.
 
     ``mod, params``: from ``from_onnx`` or ``relax.frontend.nn`` (``export_tvm``). ``calibration``: input
@@ -454,6 +455,10 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     ``graph.sensitivity``) for a score within this much of the float network's on ``eval_data``
     (default: the calibration batches), by ``metric`` (default: top-1 agreement of class outputs,
     correlation of others); the module's attribute ``vta.float_layers`` names them.
+    A pre-quantized model (QDQ: ``QuantizeLinear -> DequantizeLinear`` pairs, see ``graph.qdq``) keeps its own
+    scales: each pair's tensor gets the model's exponent, and neither ``calibration`` nor ``global_scale`` is
+    needed (tensors without a pair then take theirs from ``calibration`` if given). Its scales must be powers of
+    two (``qdq_scales="exact"``, the default) or are rounded to the nearest (``"nearest"``).
     The module's ``main`` takes the float inputs and returns float outputs.
     """
     if float_budget is not None:
@@ -471,7 +476,13 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
         keep = [k for k in names if k in keep]
         out = quantize(mod, params, calibration, skip_layers=keep, **kw)
         return tvm.IRModule({"main": out["main"].with_attr("vta.float_layers", keep)})
-    if (calibration is None) == (global_scale is None):
+    try:
+        g = prepare(mod, params)
+        fixed = qdq.exponents(g, qdq_scales)
+    except qdq.QdqError as exc:
+        raise QuantizationError(str(exc)) from None
+    if calibration is not None and global_scale is not None or (calibration is None and global_scale is None
+                                                                  and not fixed):
         raise QuantizationError("give either calibration=[batches] or global_scale=..., not both and not neither")
     if calibrate not in METHODS:
         raise QuantizationError(f"calibrate={calibrate!r}: choose one of {', '.join(map(repr, METHODS))}")
@@ -480,9 +491,13 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
             raise QuantizationError(f"percentile must be in (0, 100], got {percentile!r}")
         if calibrate == "max":
             calibrate = "percentile"
-    g = prepare(mod, params)
     skip = _skipped(g, skip_layers)
-    if global_scale is not None:
+    if calibration is None and global_scale is None:          # a QDQ model: its own exponents only
+        if bias_correction:
+            raise QuantizationError("bias_correction needs calibration data")
+        exps: dict = {}
+        batches = None
+    elif global_scale is not None:
         if isinstance(global_scale, bool) or not (isinstance(global_scale, (int, float, np.floating, np.integer))
                                                   and math.isfinite(global_scale) and global_scale > 0):
             raise QuantizationError(f"global_scale must be a finite positive number, got {global_scale!r}")
@@ -502,8 +517,9 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
         exps = {k: cal.exponent(s, calibrate) for k, s in stats.items()}
         for k, layers in dw.items():
             exps[k] = channel_exponents(exps[k], stats[k].channel_amax, layers)
+    exps.update(fixed)
     em = _Emitter(g, dict(exps), skip, per_channel)
-    func = em.run()
+    func = _run_emitter(em, g)
     if bias_correction and em.layers:
         _correct_biases(g, func, em.layers, batches)
         em = _Emitter(g, dict(exps), skip, per_channel)
@@ -511,6 +527,18 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     func = func.with_attr("vta.quantized_layers", [ly["name"] for ly in em.layers])
     out = tvm.IRModule({"main": func})
     return relax.transform.CanonicalizeBindings()(out)
+
+
+def _run_emitter(em, g: Graph) -> relax.Function:
+    try:
+        return em.run()
+    except KeyError as exc:        # a tensor with no exponent: only a QDQ model quantized without calibration
+        node = next((n for n in g.nodes if id(n) == exc.args[0]), None)
+        if node is None:
+            raise
+        raise QuantizationError(f"{describe(node)} has no QuantizeLinear/DequantizeLinear pair to give its scale, "
+                                "and there is no calibration data: pass calibration=[batches] for the tensors the "
+                                "model left in float") from None
 
 
 def _correct_biases(g: Graph, func: relax.Function, layers: list[dict], batches: list[list[np.ndarray]]) -> None:
