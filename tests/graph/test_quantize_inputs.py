@@ -292,3 +292,25 @@ def test_an_integer_input_and_3d_matmuls_run_with_their_dense_layers_on_vta(fsim
                                               "dense +bias+>>shift[c]+clip(-128, 127)"], "bias and relu fold in"
     assert [r["op"] for r in pl.rows if r["device"] == "CPU" and r["layout"] != "packed"].count("clip") == 1
     np.testing.assert_array_equal(run_vta(graph.build(pmod), x)[0], got)
+
+
+def test_a_matmul_of_two_activations_says_so_in_the_placement(fsim):
+    """Attention's scores (queries times keys, both computed): the projections run on VTA as dense layers over
+    the sequence's rows; the scores matmul stays in float, and its placement says why (once "a float layer",
+    which nothing had asked for)."""
+    rng = np.random.default_rng(8)
+    inits = {"wq": rng.normal(0, .3, (16, 16)).astype(np.float32), "wk": rng.normal(0, .3, (16, 16)).astype(np.float32),
+             "perm": np.array([0, 2, 1], np.int64)}
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]),
+             helper.make_node("MatMul", ["x", "wk"], ["k"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["y"])]
+    model = model_of(nodes, {k: v for k, v in inits.items() if k != "perm"}, [("x", F, [1, 8, 16])],
+                     [("y", F, [1, 8, 8])])
+    x = rng.normal(0, 1, (1, 8, 16)).astype(np.float32)
+    mod, params = graph.from_onnx(model)
+    qmod = graph.quantize(mod, params, calibration=[x])
+    pl = graph.placement(graph.graph_pack(qmod))
+    assert len(pl.vta_rows) == 2
+    notes = [r["note"] for r in pl.rows if r["op"] == "matmul" and r["device"] == "CPU"]
+    assert notes == ["a matmul of two activations (no constant weight): the quantizer keeps it in float"], notes

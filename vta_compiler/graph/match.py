@@ -15,7 +15,7 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 
 from ..environment import Environment
 from ..tiling import registry
-from .ir import Graph
+from .ir import Const, Graph
 from .legalize import VtaLayer, chain, legalize
 
 
@@ -80,6 +80,12 @@ def match_layers(func: relax.Function, g: Graph, env: Environment,
     gemm_ops = offloadable_ops()
     for n in g.nodes:
         if n.op in gemm_ops and id(n) not in taken and id(n) not in reasons:
-            reasons[id(n)] = ("a float layer (kept in float or not quantized)" if n.dtype.startswith("float")
-                              else "not followed by VTA's int8 epilogue")
+            if not n.dtype.startswith("float"):
+                reasons[id(n)] = "not followed by VTA's int8 epilogue"
+            elif len(n.tensor_args) >= 2 and not any(isinstance(a, Const) for a in n.tensor_args):
+                # attention's scores and weighted sums: the quantizer only quantizes layers with a weight
+                reasons[id(n)] = (f"a {n.op.removeprefix('relax.')} of two activations (no constant weight): the "
+                                  "quantizer keeps it in float")
+            else:
+                reasons[id(n)] = "a float layer (kept in float or not quantized)"
     return layers, reasons
