@@ -191,3 +191,17 @@ def test_residual_on_tsim():
         finally:
             vta_runtime.set_command_queue(None)
             dev.close()
+
+
+def test_tuning_measurement_of_a_residual_workload(ext_env):
+    """A fused kernel's tuning task (graph_pack records it) measures: its data carry a shortcut, and the
+    kernel the tuner builds (the default Residual(): added, clipped to int8) computes the expected output."""
+    env, _ = ext_env
+    op = operator("conv2d")
+    wkl = op.residual_workload(SMALL, env)
+    data = op.data(wkl, env, 1, seed=4)
+    assert len(data.args) == 4 and data.args[3].dtype == np.int8
+    mod = build(op.scheduled(wkl, Conv2DTiling(2, 4, 8, 1, 2, 1), env, 1, data.shift))
+    got = op.unpack(run(mod, data.args, data.out_shape))
+    assert (got < 0).mean() > 0.2, "the shortcut should show (the layer alone is clipped to 0..127)"
+    np.testing.assert_array_equal(got, data.expected)

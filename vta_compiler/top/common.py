@@ -14,6 +14,9 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+#: graph_pack's option ``residual`` (read by the operators that fuse a residual add): where the quantizer's residual
+#: adds after a VTA layer run: "auto" fused into the layer where VTA can, "vta" fused or an error, "cpu" on the host
+RESIDUAL_PLACES = ("auto", "vta", "cpu")
 #: the largest rounding shift of a fused residual add: its rounding constant 2**(k-1) is an ALU immediate (16 bits)
 RESIDUAL_MAX_OUT_SHIFT = 15
 

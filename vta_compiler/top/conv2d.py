@@ -36,7 +36,7 @@ from ..transform.common import VTACompileError
 from ..transform.vthread import PIPELINE
 from . import conv_family as F
 from . import packing as P
-from .common import Residual, divisors, epilogue, find_blocks, mock_names
+from .common import RESIDUAL_PLACES, Residual, divisors, epilogue, find_blocks, mock_names
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,7 @@ class Conv2D(Operator):
     workload_type = Conv2DWorkload
     tiling_type = Conv2DTiling
     relax_ops = ("relax.nn.conv2d",)
+    options = {"residual": RESIDUAL_PLACES}
 
     def describe(self, w) -> str:
         return (f"conv2d {w.height}x{w.width} {w.in_filter}->{w.out_filter} {w.hkernel}x{w.wkernel} "
@@ -147,7 +148,7 @@ class Conv2D(Operator):
         return d
 
     def residual_workload(self, wkl, env: Environment):
-        return dataclasses.replace(wkl, residual=True)
+        return F.residual_refusal(env) or dataclasses.replace(wkl, residual=True)
 
     def blocks(self, wkl, env: Environment) -> tuple[int, int]:
         """(input, output) channel blocks; input channels are zero-padded to the block."""

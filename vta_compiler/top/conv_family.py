@@ -474,8 +474,9 @@ def random_layer(rng, wkl, weight_shape: tuple[int, ...]):
 
 
 def conv_layer_data(op, wkl, env: Environment, acc_operands: int, rng, x, w, b, acc, macs: int) -> LayerData:
-    """A convolution measurement's arguments (data, kernel, bias, [shift]) and expected NCHW output: the
-    calibrated shift, or with two ACC operands one shift per channel around it."""
+    """A convolution measurement's arguments (data, kernel, bias, [shift], [shortcut]) and expected NCHW output:
+    the calibrated shift, or with two ACC operands one shift per channel around it; a residual workload adds an
+    int8 shortcut (the default ``Residual()``: added, clipped to int8)."""
     shift = calibrated_shift(acc, (0, 127))
     args = [P.pack_nchw(P.pad_channels(x, 1, env.BLOCK_IN), env.BATCH, env.BLOCK_IN), op.pack_weights(w, wkl, env),
             op.pack_channels(b, wkl, env)]
@@ -486,6 +487,10 @@ def conv_layer_data(op, wkl, env: Environment, acc_operands: int, rng, x, w, b, 
         shift = None
     else:
         expected = requantize(acc, shift, (0, 127))
+    if getattr(wkl, "residual", False):      # a fused residual add with the default Residual(): + shortcut, clip
+        sc = rng.integers(-128, 128, expected.shape, dtype=np.int8)
+        args.append(P.pack_nchw(sc, env.BATCH, env.BLOCK_OUT))
+        expected = np.clip(expected.astype(np.int32) + sc, -128, 127).astype(np.int8)
     out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, wkl.out_height, wkl.out_width,
                  env.BATCH, env.BLOCK_OUT)
     return LayerData(args, out_shape, expected, shift, macs)
