@@ -56,7 +56,9 @@ def test_fused_residuals_equal_the_cpu_run(small_resnet, ext_env):
     got = run_vta(graph.build(pmod), x)[0]
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) >= 12, "the logits should be informative"
-    # the same network with the adds on the host: the same result, eight adds more on the CPU
+    forced = graph.placement(graph.graph_pack(qmod, env, residual="vta"))
+    assert [r["residual"] for r in forced.vta_rows if "residual" in r] == [r["residual"] for r in fused]
+    # the same network with the adds on the host: eight adds more on the CPU
     host = graph.placement(graph.graph_pack(qmod, env, residual="cpu"))
     assert len(host_adds(host)) == ADDS and not [r for r in host.vta_rows if "residual" in r]
     assert all("graph_pack(residual='cpu')" in r["note"] for r in host_adds(host))

@@ -77,7 +77,7 @@ def match_layers(func: relax.Function, g: Graph, env: Environment,
             reasons[id(core)] = (f"no registered operator runs a {core.op.removeprefix('relax.')} of "
                                  + " by ".join(str(tuple(a.shape)) for a in core.tensor_args))
     layers.reverse()
-    layers = fuse_residuals(layers, g, env, options, users, reasons)
+    layers = fuse_residuals(layers, env, options, users, reasons)
     gemm_ops = offloadable_ops()
     for n in g.nodes:
         if n.op in gemm_ops and id(n) not in taken and id(n) not in reasons:
@@ -138,30 +138,36 @@ def residual_chain(start: Node, users: dict) -> dict[str, Node] | None:
     return parts
 
 
-def fuse_residuals(layers: list[VtaLayer], g: Graph, env: Environment, options: dict, users: dict,
+def fuse_residuals(layers: list[VtaLayer], env: Environment, options: dict, users: dict,
                    reasons: dict[int, str]) -> list[VtaLayer]:
     """The layers with the residual add after each fused into its epilogue where VTA can run it (option
-    ``residual``: "auto" where it can, "vta" every one or a GraphError, "cpu" none); a residual add left on the
-    CPU gets the reason as the placement note of its nodes."""
+    ``residual``: "auto" where it can, "vta" every one or a GraphError, "cpu" none). When both inputs of an add
+    are layers, the first that can take it does. A residual add left on the CPU gets the reason as the placement
+    note of its nodes."""
     where = options.get("residual", "auto")
-    claimed: set[int] = set()
+    fused: set[int] = set()
+    refused: dict[int, tuple[dict, VtaLayer, str]] = {}      # the first refusal of each add not fused
     out = []
     for ly in layers:
         parts = residual_chain(ly.out, users)
-        if parts is None or id(parts["add"]) in claimed:
+        if parts is None or id(parts["add"]) in fused:
             out.append(ly)
             continue
-        claimed.add(id(parts["add"]))
         got = "graph_pack(residual='cpu') keeps residual adds on the CPU" if where == "cpu" else \
             fuse_residual(ly, parts, env)
         if isinstance(got, str):
-            if where == "vta":
-                raise GraphError(f"graph_pack(residual='vta'): the residual add {parts['out'].name} after layer "
-                                 f"{ly.name} cannot be fused into it: {got}")
-            for role, n in parts.items():
-                if role != "shortcut":
-                    reasons[id(n)] = f"residual add not fused into {ly.name}: {got}"
+            refused.setdefault(id(parts["add"]), (parts, ly, got))
             out.append(ly)
         else:
+            fused.add(id(parts["add"]))
             out.append(got)
+    for key, (parts, ly, why) in refused.items():
+        if key in fused:
+            continue
+        if where == "vta":
+            raise GraphError(f"graph_pack(residual='vta'): the residual add {parts['out'].name} after layer "
+                             f"{ly.name} cannot be fused into it: {why}")
+        for role, n in parts.items():
+            if role != "shortcut":
+                reasons[id(n)] = f"residual add not fused into {ly.name}: {why}"
     return out
