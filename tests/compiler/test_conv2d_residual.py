@@ -4,6 +4,8 @@ model count the shortcut; the refusal on a config without the extension."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -162,9 +164,11 @@ def test_residual_refused_without_acc_8bit():
     env = vta.get_env()
     assert not env.config.isa.has("acc_8bit")
     op = operator("conv2d")
-    wkl = op.residual_workload(SMALL, env)
-    reason = op.refusal(wkl, env)
+    why = op.residual_workload(SMALL, env)
+    assert isinstance(why, str) and "needs ISA extension acc_8bit (config key ISA_EXTENSIONS)" in why
+    reason = op.refusal(dataclasses.replace(SMALL, residual=True), env)
     assert reason and "acc_8bit" in reason and "ISA_EXTENSIONS" in reason
+    assert isinstance(operator("dense").residual_workload(None, env), str)     # no other operator takes one
     with pytest.raises(VTACompileError, match=r"needs ISA extension acc_8bit \(config key ISA_EXTENSIONS\)"):
         conv2d_layer(SMALL, env, residual=Residual(0, 1, 1))
     assert op.refusal(SMALL, env) is None
