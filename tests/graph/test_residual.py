@@ -80,3 +80,20 @@ def test_without_acc_8bit_nothing_fuses(small_resnet):
         graph.graph_pack(qmod, env, residual="vta")
     with pytest.raises(GraphError, match=r"residual='fused'; choose one of auto, vta, cpu"):
         graph.graph_pack(qmod, env, residual="fused")
+
+
+@pytest.mark.parametrize("seed", [15, 22], ids=["relu-before-and-after", "relu6-before-none-after"])
+def test_random_networks_with_fused_residuals(seed):
+    """Random networks (vta_compiler.testing.netfuzz) whose residual add follows a convolution with an activation
+    and odd channel counts (33 and 16 channels, padded to the block): fused, and exact against the CPU run."""
+    from vta_compiler.testing import netfuzz
+    cfg = vta.get_env().config.replace(ISA_EXTENSIONS=("acc_8bit",))
+    with vta.Environment(cfg) as env:
+        net = netfuzz.Network.draw(seed, 7)
+        cal, x = net.inputs()
+        mod, params = graph.from_onnx(net.onnx())
+        pl = graph.placement(graph.graph_pack(graph.quantize(mod, params, calibration=cal), env))
+        fused = [r for r in pl.vta_rows if "residual" in r]
+        assert len(fused) == 1 and "clip(0, " in fused[0]["op"], "the layer before the add has an activation"
+        got = netfuzz.check(net, "fsim")
+    assert got.kind == "ok" and got.informative, got.detail
