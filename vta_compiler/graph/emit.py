@@ -132,7 +132,7 @@ class Packer:
         env, op, wkl = self.env, layer.op, layer.workload
         channel_shift = isinstance(layer.shift, np.ndarray)
         key = KernelKey(wkl, layer.bias is not None, None if channel_shift else layer.shift, channel_shift,
-                        layer.clip)
+                        layer.clip, layer.residual)
         gv, tiling = self.kernels.get(key)
         args = [self.layer_input(layer), self.devconst(op.pack_weights(layer.offload.weight, wkl, env),
                                                        f"{layer.name}_w")]
@@ -140,6 +140,8 @@ class Packer:
             args.append(self.devconst(op.pack_channels(layer.bias, wkl, env), f"{layer.name}_b"))
         if channel_shift:
             args.append(self.devconst(op.pack_channels(layer.shift, wkl, env), f"{layer.name}_s"))
+        if layer.residual is not None:       # the int8 shortcut, packed like the result (ACC_8BIT-loaded)
+            args.append(self.get_packed(layer.shortcut))
         out_shape = tuple(layer.offload.output_shape or layer.out.shape)
         out_ty = relax.TensorType(packed_shape(out_shape, env), "int8", vdevice=self.vta)
         self.packed[id(layer.out)] = self.emit(relax.call_tir(gv, args, out_ty=out_ty), layer.name)
@@ -175,7 +177,7 @@ class Packer:
             self.packed[id(n)] = v
         else:
             self.plain[id(n)] = Graph.emit_call(self.bb, n, args)
-        self.rows.append(host_row(n, packed, self.reasons.get(id(n))))
+        self.rows.append(host_row(n, packed, self.reasons.get(id(n)), self.env.config.isa.has("acc_8bit")))
 
     def run(self, name: str) -> relax.Function:
         g = self.g

@@ -16,6 +16,7 @@ from tvm import relax
 
 from ..environment import Environment
 from ..tiling import Task, registry
+from ..top.common import Residual
 
 #: PrimFunc attribute that marks a VTA kernel (compiled with the "vta" TIR pipeline)
 KERNEL_ATTR = "vta.kernel"
@@ -30,6 +31,7 @@ class KernelKey:
     shift: int | None               # immediate shift, or None with channel_shift
     channel_shift: bool
     clip: tuple[int, int] | None
+    residual: Residual | None = None     # a fused residual add (the kernel reads an int8 shortcut after its operands)
 
 
 class KernelCache:
@@ -50,8 +52,9 @@ class KernelCache:
         op = registry.of(wkl)
         ops = 1 + int(key.channel_shift)
         tiling = op.tiling(wkl, env, ops)
+        fused = {"residual": key.residual} if key.residual is not None else {}
         func = op.compute(wkl, env, shift=key.shift or 0, bias=key.bias, clip=key.clip,
-                          channel_shift=key.channel_shift)
+                          channel_shift=key.channel_shift, **fused)
         sch = op.schedule(func, tiling, env=env)
         name = f"vta_{op.label(wkl)}_{op.kernel_name(wkl)}_{len(self.kernels)}"
         prim = sch.mod["main"].with_attr("global_symbol", name).with_attr("target", env.target)

@@ -89,7 +89,8 @@ def nearest_factor(n: Node) -> tuple[int, int] | None:
     return oh // h, ow // w
 
 
-def host_reason(n: Node) -> str:
+def host_reason(n: Node, acc_8bit: bool = False) -> str:
+    """Why a host operator is not VTA's (``acc_8bit``: the configuration has the ISA extension)."""
     op = n.op
     if op in VIEWS or op in ("relax.permute_dims", "relax.concat", "relax.strided_slice", "relax.image.resize2d",
                              "relax.split", TUPLE_ITEM):
@@ -97,5 +98,8 @@ def host_reason(n: Node) -> str:
     if n.dtype.startswith("float") or any(a.dtype.startswith("float") for a in n.inputs):
         return "float arithmetic (VTA computes integers)"
     if op in POOLS or op in ELEMENTWISE or op in ("relax.sum", "relax.mean"):
+        if acc_8bit:
+            return ("VTA's ALU runs only a layer's epilogue (and a residual add fused into it), not a standalone "
+                    f"{op.removeprefix('relax.')}")
         return "VTA's ALU reads only int32 accumulators, and int8 activations cannot be loaded into them"
     return f"VTA has no {op.removeprefix('relax.')} operator"

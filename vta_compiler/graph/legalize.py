@@ -7,12 +7,14 @@ groups, dilation, padding, the workload it maps to, and ``placement_refusal``: w
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..environment import Environment
 from ..tiling import Offload, Operator
+from ..top.common import Residual
 from .ir import Const, GraphError, Node
 
 
@@ -27,6 +29,8 @@ class VtaLayer:
     bias: np.ndarray | None                 # int32 per output channel
     shift: int | np.ndarray | None          # immediate or int32 per output channel
     clip: tuple[int, int] | None
+    residual: Residual | None = None        # a residual add fused into the epilogue (``fuse_residual``)
+    shortcut: Node | None = None            # its int8 shortcut
 
     @property
     def op(self) -> Operator:
@@ -118,6 +122,51 @@ def legalize(op: Operator, parts: dict[str, Node], env: Environment, options: di
     if x.shape[0] % env.BATCH:
         return layer            # no tiling question: graph_pack refuses the whole network (check_batch)
     return op.placement_refusal(off, env, layer.acc_operands) or layer
+
+
+def _scalar(c, what: str) -> int | str:
+    if not isinstance(c, Const) or c.value.size != 1:
+        return f"the {what} is not one constant"
+    return int(c.value.reshape(-1)[0])
+
+
+def fuse_residual(layer: VtaLayer, parts: dict[str, Node], env: Environment) -> VtaLayer | str:
+    """``layer`` with the quantizer's residual add after it (``parts``: the chain found by
+    ``match.residual_chain``) fused into its epilogue, or why not (a placement note)."""
+    out, sc = parts["out"], parts["shortcut"]
+    if layer.clip is None or layer.clip[0] < -128 or layer.clip[1] > 127:
+        return f"{layer.name}'s int32 result is not clipped to int8 before the add (the CPU casts it, wrapping)"
+    if tuple(sc.shape) != tuple(layer.out.shape) or len(sc.shape) != 4 or \
+            tuple(layer.offload.output_shape or layer.out.shape) != tuple(layer.out.shape):
+        return f"the shortcut {sc.name} {tuple(sc.shape)} is not shaped like {layer.name}'s result"
+    consts = {}
+    for role, what in (("layer_shift", "layer's alignment shift"), ("shortcut_shift", "shortcut's alignment shift"),
+                       ("round", "rounding constant"), ("out_shift", "output shift"),
+                       ("out_left_shift", "output shift")):
+        if role in parts:
+            v = _scalar(parts[role].args[1], what)
+            if isinstance(v, str):
+                return v
+            consts[role] = v
+    k = consts.get("out_shift", -consts.get("out_left_shift", 0))
+    if "round" in consts and (k < 1 or consts["round"] != 1 << (k - 1)):
+        return f"the sum is rounded by {consts['round']} before >> {k}, not by 2**(k-1) as VTA's epilogue does"
+    lo, hi = (int(p.value) for p in parts["clip"].args[1:3])
+    if lo < -128 or hi > 127:
+        return f"the sum is clipped to {(lo, hi)}, beyond int8"
+    r = Residual(consts.get("layer_shift", 0), consts.get("shortcut_shift", 0), k, (lo, hi))
+    reason = r.refusal()
+    if reason:
+        return reason
+    wkl = layer.op.residual_workload(layer.workload, env)
+    if isinstance(wkl, str):
+        return wkl
+    off = dataclasses.replace(layer.offload, workload=wkl)
+    reason = layer.op.placement_refusal(off, env, layer.acc_operands)
+    if reason:
+        return f"with its shortcut in the accumulators, {layer.name} {reason}"
+    chain = [p for role, p in parts.items() if role != "shortcut"]
+    return dataclasses.replace(layer, out=out, nodes=chain + layer.nodes, offload=off, residual=r, shortcut=sc)
 
 
 def check_batch(layers: list[VtaLayer], env: Environment) -> None:

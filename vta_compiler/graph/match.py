@@ -15,8 +15,8 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 
 from ..environment import Environment
 from ..tiling import registry
-from .ir import Const, Graph
-from .legalize import VtaLayer, chain, legalize
+from .ir import Const, Graph, GraphError, Node
+from .legalize import VtaLayer, chain, fuse_residual, legalize
 
 
 def with_epilogue(core):
@@ -77,6 +77,7 @@ def match_layers(func: relax.Function, g: Graph, env: Environment,
             reasons[id(core)] = (f"no registered operator runs a {core.op.removeprefix('relax.')} of "
                                  + " by ".join(str(tuple(a.shape)) for a in core.tensor_args))
     layers.reverse()
+    layers = fuse_residuals(layers, env, options, users, reasons)
     gemm_ops = offloadable_ops()
     for n in g.nodes:
         if n.op in gemm_ops and id(n) not in taken and id(n) not in reasons:
@@ -89,3 +90,90 @@ def match_layers(func: relax.Function, g: Graph, env: Environment,
             else:
                 reasons[id(n)] = "a float layer (kept in float or not quantized)"
     return layers, reasons
+
+
+def residual_chain(start: Node, users: dict) -> dict[str, Node] | None:
+    """The quantizer's residual add (``graph.quantize``'s ``residual_add``) that reads a VTA layer's int8 result
+    ``start`` and nothing else does, by role, or None: ``astype int32 [<< layer_shift]`` plus ``astype int32
+    [<< shortcut_shift]`` of an int8 shortcut, ``[+ round >> out_shift | << k]``, ``clip``, ``astype int8``
+    (the ``out`` node). Every node but the shortcut has one user."""
+    def only_user(n):
+        u = users[id(n)]
+        return u[0] if len(u) == 1 else None
+
+    def shift_of(n, op):
+        return n is not None and n.op == op and isinstance(n.args[1], Const)
+    parts: dict[str, Node] = {}
+    cur = only_user(start)
+    if cur is None or cur.op != "relax.astype" or cur.dtype != "int32":
+        return None
+    parts["layer_cast"] = cur
+    nxt = only_user(cur)
+    if shift_of(nxt, "relax.left_shift"):
+        parts["layer_shift"], cur, nxt = nxt, nxt, only_user(nxt)
+    if nxt is None or nxt.op != "relax.add" or not all(isinstance(a, Node) for a in nxt.args[:2]):
+        return None
+    add = nxt
+    other = add.args[1] if add.args[0] is cur else add.args[0]
+    if other is cur or only_user(other) is not add:
+        return None
+    if shift_of(other, "relax.left_shift"):
+        parts["shortcut_shift"] = other
+        other = other.args[0]
+        if only_user(other) is not parts["shortcut_shift"]:
+            return None
+    if other.op != "relax.astype" or other.dtype != "int32" or not isinstance(other.args[0], Node) or \
+            other.args[0].dtype != "int8":
+        return None
+    parts["shortcut_cast"], parts["shortcut"], parts["add"] = other, other.args[0], add
+    nxt = only_user(add)
+    if nxt is not None and nxt.op == "relax.add" and isinstance(nxt.args[1], Const):
+        shr = only_user(nxt)
+        if not shift_of(shr, "relax.right_shift"):
+            return None
+        parts["round"], parts["out_shift"], nxt = nxt, shr, only_user(shr)
+    elif shift_of(nxt, "relax.left_shift"):
+        parts["out_left_shift"], nxt = nxt, only_user(nxt)
+    if nxt is None or nxt.op != "relax.clip":
+        return None
+    parts["clip"] = nxt
+    out = only_user(nxt)
+    if out is None or out.op != "relax.astype" or out.dtype != "int8":
+        return None
+    parts["out"] = out
+    return parts
+
+
+def fuse_residuals(layers: list[VtaLayer], env: Environment, options: dict, users: dict,
+                   reasons: dict[int, str]) -> list[VtaLayer]:
+    """The layers with the residual add after each fused into its epilogue where VTA can run it (option
+    ``residual``: "auto" where it can, "vta" every one or a GraphError, "cpu" none). When both inputs of an add
+    are layers, the first that can take it does. A residual add left on the CPU gets the reason as the placement
+    note of its nodes."""
+    where = options.get("residual", "auto")
+    fused: set[int] = set()
+    refused: dict[int, tuple[dict, VtaLayer, str]] = {}      # the first refusal of each add not fused
+    out = []
+    for ly in layers:
+        parts = residual_chain(ly.out, users)
+        if parts is None or id(parts["add"]) in fused:
+            out.append(ly)
+            continue
+        got = "graph_pack(residual='cpu') keeps residual adds on the CPU" if where == "cpu" else \
+            fuse_residual(ly, parts, env)
+        if isinstance(got, str):
+            refused.setdefault(id(parts["add"]), (parts, ly, got))
+            out.append(ly)
+        else:
+            fused.add(id(parts["add"]))
+            out.append(got)
+    for key, (parts, ly, why) in refused.items():
+        if key in fused:
+            continue
+        if where == "vta":
+            raise GraphError(f"graph_pack(residual='vta'): the residual add {parts['out'].name} after layer "
+                             f"{ly.name} cannot be fused into it: {why}")
+        for role, n in parts.items():
+            if role != "shortcut":
+                reasons[id(n)] = f"residual add not fused into {ly.name}: {why}"
+    return out

@@ -40,7 +40,10 @@ def graph_pack(qmod: tvm.IRModule, env: Environment | None = None, **options) ->
     Layers: conv2d, grouped and depthwise conv2d, conv2d_transpose and dense (every registered operator), each
     with its epilogue. ``qmod``: a quantized network (``graph.quantize``). ``options`` are read by the operators:
     ``depthwise="vta"`` (block-diagonal group convolutions; the data stays packed) or ``"cpu"`` (see
-    ``vta_compiler.top.group_conv2d.DEPTHWISE_NOTE``). Returns a Relax module whose ``main`` calls VTA kernels
+    ``vta_compiler.top.group_conv2d.DEPTHWISE_NOTE``); ``residual="auto"`` (the default: with the ISA extension
+    ``acc_8bit``, the quantizer's residual add after a conv2d is fused into that layer's epilogue where VTA can run
+    it), ``"vta"`` (fuse every one, or a GraphError naming the add and why not) or ``"cpu"`` (keep them on the
+    host). Returns a Relax module whose ``main`` calls VTA kernels
     (one per distinct workload) and host operators, with the VDevices ``[cpu, ext_dev]`` declared;
     ``graph.placement(pmod)`` reports where each op runs and why, ``graph.build`` compiles it.
     """

@@ -30,17 +30,25 @@ def vta_row(layer: VtaLayer, env: Environment, kernel: str, tiling) -> dict:
     if layer.clip is not None:
         epi.append(f"clip{layer.clip}")
     off = layer.offload
+    note = off.note
+    if layer.residual is not None:
+        epi.append(f"residual({layer.shortcut.name})")
+        fused = (f"residual add {layer.out.name} fused (ISA extension acc_8bit): shortcut {layer.shortcut.name} "
+                 "loaded as int8 (ACC_8BIT) and added in the epilogue")
+        note = f"{note}; {fused}" if note else fused
     return {"name": layer.name, "op": f"{layer.label} {'+'.join(epi) or ''}".strip(), "device": "VTA",
             "layout": "packed", "macs": layer.macs, "issued_macs": int(layer.op.issued_macs(off.workload, env)),
-            "kernel": kernel, "tiling": str(tiling), "fold": off.prepare is not None, "note": off.note}
+            "kernel": kernel, "tiling": str(tiling), "fold": off.prepare is not None, "note": note,
+            **({"residual": layer.out.name} if layer.residual is not None else {})}
 
 
-def host_row(n: Node, packed: bool, reason: str | None) -> dict:
-    """The row of an operator left on the CPU, with why (and its MACs if VTA could have run its kind)."""
+def host_row(n: Node, packed: bool, reason: str | None, acc_8bit: bool = False) -> dict:
+    """The row of an operator left on the CPU, with why (and its MACs if VTA could have run its kind);
+    ``acc_8bit``: the configuration has that ISA extension."""
     op = offloadable_ops().get(n.op)
     macs = op.host_macs(n.shape, [a.shape for a in n.tensor_args]) if op is not None else 0
     return {"name": n.name, "op": n.op.removeprefix("relax."), "device": "CPU", "layout": "packed" if packed else
-            "plain", "macs": macs, "note": reason or host_reason(n)}
+            "plain", "macs": macs, "note": reason or host_reason(n, acc_8bit)}
 
 
 @dataclass

@@ -261,6 +261,11 @@ class Operator:
         matches)."""
         raise NotImplementedError
 
+    def residual_workload(self, wkl, env: Environment) -> Any:
+        """The workload of this layer with a residual add fused into its epilogue (an int8 shortcut of the
+        output's shape, see ``vta_compiler.top.common.Residual``), or why it cannot take one (a str)."""
+        return f"{self.kind} layers have no fused residual add"
+
     def placement_refusal(self, off: Offload, env: Environment, acc_operands: int) -> str | None:
         """The placement note of a matched layer VTA cannot run (no tiling fits), or None."""
         reason = self.refusal(off.workload, env, acc_operands)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tvm import s_tir, te, tirx
 
 from ..environment import Environment
@@ -12,13 +14,54 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+#: graph_pack's option ``residual`` (read by the operators that fuse a residual add): where the quantizer's residual
+#: adds after a VTA layer run: "auto" fused into the layer where VTA can, "vta" fused or an error, "cpu" on the host
+RESIDUAL_PLACES = ("auto", "vta", "cpu")
+#: the largest rounding shift of a fused residual add: its rounding constant 2**(k-1) is an ALU immediate (16 bits)
+RESIDUAL_MAX_OUT_SHIFT = 15
+
+
+@dataclass(frozen=True)
+class Residual:
+    """A residual add fused into a layer's epilogue (needs the ISA extension ``acc_8bit``): the layer's result
+    ``y = clip((acc + bias) >> shift)`` and an int8 ``shortcut`` of the output's shape, both as int32, are
+    aligned to a common scale by left shifts, added, rescaled and clipped::
+
+        s = (y << layer_shift) + (int32(shortcut) << shortcut_shift)
+        s = (s + 2**(k-1)) >> k   if k = out_shift > 0   (round half up, as the quantizer's rescale)
+            s << -k               if k < 0
+        res = int8(clip(s))
+
+    The shortcut is loaded into the accumulators with one ACC_8BIT load per tile (one byte per value,
+    sign-extended); the whole add is ALU work in place on it (SHR -shortcut_shift, ADD y, ADD 2**(k-1), SHR k,
+    MAX, MIN), then the tile is stored once."""
+    layer_shift: int = 0
+    shortcut_shift: int = 0
+    out_shift: int = 0
+    clip: tuple[int, int] | None = (-128, 127)
+
+    def refusal(self) -> str | None:
+        """Why VTA's ALU cannot run these constants, or None."""
+        for name in ("layer_shift", "shortcut_shift"):
+            v = getattr(self, name)
+            if not 0 <= v <= 31:
+                return f"the residual add's {name} {v} is outside 0..31 (an ALU shift)"
+        if not -31 <= self.out_shift <= RESIDUAL_MAX_OUT_SHIFT:
+            return (f"the residual add's out_shift {self.out_shift} is outside -31..{RESIDUAL_MAX_OUT_SHIFT} (its "
+                    "rounding constant is a 16-bit ALU immediate)")
+        return None
+
+
 def epilogue(env: Environment, acc: te.Tensor, bias: te.Tensor | None, shift: int | te.Tensor,
-             clip: tuple[int, int] | None, bias_index, name: str = "epilogue") -> tuple[te.Tensor, te.Tensor]:
-    """The usual int8 requantisation after a GEMM: ``clip((acc + bias) >> shift)`` then cast to int8.
+             clip: tuple[int, int] | None, bias_index, name: str = "epilogue",
+             residual: Residual | None = None, shortcut: te.Tensor | None = None) -> tuple[te.Tensor, te.Tensor]:
+    """The usual int8 requantisation after a GEMM: ``clip((acc + bias) >> shift)`` then cast to int8; with a
+    ``residual`` (and its int8 ``shortcut`` tensor, indexed like the output), the fused residual add after it.
 
     ``shift`` is an immediate or a per-channel tensor indexed like the bias (ALU SHR with a register
-    operand). Returns (epilogue tensor in int32, output tensor in int8). One element-wise stage: the
-    ALU pass turns it into a chain of in-place ALU instructions (ADD, SHR, MAX, MIN).
+    operand). Returns (last epilogue tensor in int32, output tensor in int8). One element-wise stage (two with a
+    residual: the second works in place on the shortcut): the ALU pass turns each into a chain of in-place ALU
+    instructions (ADD, SHR, MAX, MIN).
     """
     def f(*i):
         x = acc(*i)
@@ -30,10 +73,37 @@ def epilogue(env: Environment, acc: te.Tensor, bias: te.Tensor | None, shift: in
             x = x >> shift
         if clip is not None:
             x = te.min(te.max(x, clip[0]), clip[1])
+        if residual is not None and residual.layer_shift:
+            x = x << residual.layer_shift
         return x
     epi = te.compute(acc.shape, f, name=name)
+    if residual is not None:
+        epi = residual_stage(env, epi, shortcut, residual)
     res = te.compute(acc.shape, lambda *i: epi(*i).astype(env.out_dtype), name="res")
     return epi, res
+
+
+def residual_stage(env: Environment, y: te.Tensor, shortcut: te.Tensor, r: Residual) -> te.Tensor:
+    """The fused residual add on the shortcut's accumulators (see :class:`Residual`); ``y`` is already shifted
+    by ``layer_shift``. The shortcut is the in-place operand, so it comes first in every operation."""
+    reason = r.refusal()
+    if reason:
+        raise VTACompileError(reason)
+
+    def g(*i):
+        s = shortcut(*i).astype(env.acc_dtype)
+        if r.shortcut_shift:
+            s = s << r.shortcut_shift
+        s = s + y(*i)
+        k = r.out_shift
+        if k > 0:
+            s = (s + (1 << (k - 1))) >> k
+        elif k < 0:
+            s = s << -k
+        if r.clip is not None:
+            s = te.min(te.max(s, r.clip[0]), r.clip[1])
+        return s
+    return te.compute(y.shape, g, name="residual")
 
 
 def find_blocks(sch: s_tir.Schedule, what: str):

@@ -22,6 +22,7 @@ kernel with stride 1 along W), computed by one host transform of the input image
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,7 +36,7 @@ from ..transform.common import VTACompileError
 from ..transform.vthread import PIPELINE
 from . import conv_family as F
 from . import packing as P
-from .common import divisors, epilogue, find_blocks, mock_names
+from .common import RESIDUAL_PLACES, Residual, divisors, epilogue, find_blocks, mock_names
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class Conv2DWorkload:
     wpad: int
     hstride: int
     wstride: int
+    #: a residual add fused into the epilogue (an int8 shortcut of the output's shape, see ``common.Residual``)
+    residual: bool = False
 
     @property
     def out_height(self) -> int:
@@ -127,13 +130,25 @@ class Conv2D(Operator):
     workload_type = Conv2DWorkload
     tiling_type = Conv2DTiling
     relax_ops = ("relax.nn.conv2d",)
+    options = {"residual": RESIDUAL_PLACES}
 
     def describe(self, w) -> str:
         return (f"conv2d {w.height}x{w.width} {w.in_filter}->{w.out_filter} {w.hkernel}x{w.wkernel} "
-                f"s{w.hstride}" + (f"x{w.wstride}" if w.wstride != w.hstride else ""))
+                f"s{w.hstride}" + (f"x{w.wstride}" if w.wstride != w.hstride else "") +
+                (" +residual" if w.residual else ""))
 
     def kernel_name(self, w) -> str:
-        return f"{w.height}x{w.width}_{w.in_filter}to{w.out_filter}_k{w.hkernel}x{w.wkernel}_s{w.hstride}"
+        return f"{w.height}x{w.width}_{w.in_filter}to{w.out_filter}_k{w.hkernel}x{w.wkernel}_s{w.hstride}" + \
+            ("_res" if w.residual else "")
+
+    def workload_to_json(self, wkl) -> dict:
+        d = super().workload_to_json(wkl)
+        if not d["residual"]:           # a plain convolution is recorded as before the field existed
+            del d["residual"]
+        return d
+
+    def residual_workload(self, wkl, env: Environment):
+        return F.residual_refusal(env) or dataclasses.replace(wkl, residual=True)
 
     def blocks(self, wkl, env: Environment) -> tuple[int, int]:
         """(input, output) channel blocks; input channels are zero-padded to the block."""
@@ -147,11 +162,17 @@ class Conv2D(Operator):
         if wkl.batch % env.BATCH or wkl.out_filter % env.BLOCK_OUT:
             return (f"batch {wkl.batch} and output channels {wkl.out_filter} must be multiples of BATCH={env.BATCH} "
                     f"and BLOCK_OUT={env.BLOCK_OUT}")
+        if wkl.residual:
+            return F.residual_refusal(env)
         return None
 
     # ---------------------------------------------------------------------------------------- compute
-    def compute(self, wkl, env=None, *, shift=8, bias=True, clip=(0, 127), channel_shift=False):
+    def compute(self, wkl, env=None, *, shift=8, bias=True, clip=(0, 127), channel_shift=False, residual=None):
         env = env or get_env()
+        if residual is not None and not wkl.residual:
+            wkl = dataclasses.replace(wkl, residual=True)
+        if wkl.residual and residual is None:
+            residual = Residual()
         reason = self.shape_refusal(wkl, env)
         if reason:
             raise VTACompileError(f"conv2d: {reason}")
@@ -170,7 +191,12 @@ class Conv2D(Operator):
         if channel_shift:
             shift = te.placeholder(per_channel, env.acc_dtype, name="shift")
             args.append(shift)
-        _, res = epilogue(env, conv, b, shift, clip, lambda i: (i[0], i[1], 0, 0, i[4], i[5]))
+        shortcut = None
+        if residual is not None:
+            shortcut = te.placeholder(conv.shape, env.out_dtype, name="shortcut")
+            args.append(shortcut)
+        _, res = epilogue(env, conv, b, shift, clip, lambda i: (i[0], i[1], 0, 0, i[4], i[5]), residual=residual,
+                          shortcut=shortcut)
         return with_workload(te.create_prim_func(args + [res]), self, wkl)
 
     # ---------------------------------------------------------------------------------------- tiling space
@@ -200,6 +226,7 @@ class Conv2D(Operator):
             row_threads=t.h_nthread, chunks_in_flight=t.ko_nthread, wgt_at_co=t.wgt_at == "co",
             uops=F.kernel_uops([t.tile_co // t.oc_nthread, th, t.tile_w, t.tile_ci, kh, kw]),
             inp_loads=t.tile_ci, store_insns=t.tile_co // t.oc_nthread, run_tiles=F.innermost(loops),
+            shortcut=wkl.residual,
             inp_padding=F.padding_fraction((wkl.out_height // th, -wkl.hpad, th * wkl.hstride, th_in, wkl.height),
                                            (wkl.out_width // t.tile_w, -wkl.wpad, t.tile_w * wkl.wstride, tw_in,
                                             wkl.width)))
@@ -325,14 +352,18 @@ CONV2D = register(Conv2D())
 
 # ------------------------------------------------------------------------------------------------ public names
 def conv2d_layer(wkl: Conv2DWorkload, env: Environment | None = None, shift: int = 8, bias: bool = True,
-                 clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
+                 clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False,
+                 residual: Residual | None = None):
     """A whole layer as a PrimFunc: ``res = int8(clip((conv2d(data, kernel) + bias) >> shift))``.
 
-    Parameters of the function: data, kernel, [bias], [shift], res in packed layouts; input channels
+    Parameters of the function: data, kernel, [bias], [shift], [shortcut], res in packed layouts; input channels
     are rounded up to the block (C1's 3 channels become BLOCK_IN, zero-padded by the caller). With
-    ``channel_shift`` the shift is a per-output-channel int32 tensor shaped like the bias.
+    ``channel_shift`` the shift is a per-output-channel int32 tensor shaped like the bias. With a ``residual``
+    (:class:`~vta_compiler.top.common.Residual`; the layer's workload gets ``residual=True``) an int8 ``shortcut``
+    shaped like ``res`` is added in the epilogue; it needs the ISA extension ``acc_8bit``.
     """
-    return CONV2D.compute(wkl, env, shift=shift, bias=bias, clip=clip, channel_shift=channel_shift)
+    return CONV2D.compute(wkl, env, shift=shift, bias=bias, clip=clip, channel_shift=channel_shift,
+                          residual=residual)
 
 
 def conv2d_tiling(wkl: Conv2DWorkload, env: Environment | None = None, acc_operands: int = 1,

@@ -56,6 +56,7 @@ class TileShape:
     inp_padding: float = 0.0        # average fraction of the loaded INP elements that are zero padding
     store_insns: int = 1            # STORE instructions of one thread per tile
     run_tiles: int = 1              # consecutive tiles of the innermost tile loop (the pipeline drains between runs)
+    shortcut: bool = False          # a fused residual add: an int8 shortcut tile in ACC (acc_elems), one ACC_8BIT load
 
     @property
     def threads(self) -> int:
@@ -64,7 +65,16 @@ class TileShape:
     def needs(self, acc_operands: int) -> BufferNeeds:
         inp = self.inp_chunk * self.chunks_in_flight
         wgt = self.wgt_tile if self.wgt_at_co else self.wgt_chunk * self.chunks_in_flight
-        return BufferNeeds(inp, wgt, self.acc_elems + acc_operands * self.acc_per_operand, self.uops)
+        acc = self.acc_elems * (2 if self.shortcut else 1) + acc_operands * self.acc_per_operand
+        return BufferNeeds(inp, wgt, acc, self.uops)
+
+
+def residual_refusal(env: Environment) -> str | None:
+    """Why a layer cannot fuse a residual add on this configuration (its shortcut is an ACC_8BIT load), or None."""
+    if env.config.isa.has("acc_8bit"):
+        return None
+    return ("a fused residual add loads its int8 shortcut into the accumulators with an ACC_8BIT load, which "
+            "needs ISA extension acc_8bit (config key ISA_EXTENSIONS)")
 
 
 def kernel_uops(loops: list[int], inner: int = 1) -> int:
@@ -158,6 +168,11 @@ ALU_INSN_CYCLES = 11.0
 #: MAX and MIN with immediates (1 each); a per-channel shift would add one cycle per element
 EPILOGUE_INSNS = 4
 EPILOGUE_CYCLES_PER_ELEM = 5
+#: a fused residual add per thread: the shortcut's ACC_8BIT load (one DRAM byte per value, costed like the bias'
+#: load), then six ALU instructions in place on it (SHR of the shortcut, ADD of the layer's result with a register
+#: operand at two cycles per element, ADD of the rounding constant, SHR, MAX, MIN: 7 cycles per element)
+RESIDUAL_ALU_INSNS = 6
+RESIDUAL_CYCLES_PER_ELEM = 7
 #: cycles of a STORE instruction besides its beats: command, burst set-up and the write response (8 cycles
 #: on tsim's bus); fitted to ``store_busy_cycles``
 STORE_INSN_CYCLES = 17.0
@@ -235,6 +250,11 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
     reset1 = GEMM_INSN_CYCLES + acc_v
     bias1 = ACC_INSN_CYCLES + s.acc_per_operand / vo_n * env.ACC_ELEM_BYTES / bus
     alu1 = EPILOGUE_INSNS * ALU_INSN_CYCLES + EPILOGUE_CYCLES_PER_ELEM * acc_v
+    epi_insns = EPILOGUE_INSNS
+    if s.shortcut:          # the shortcut's load and its ALU work, per thread, after the bias' epilogue
+        alu1 += ACC_INSN_CYCLES + acc_v * env.OUT_ELEM_BYTES / bus + \
+            RESIDUAL_ALU_INSNS * ALU_INSN_CYCLES + RESIDUAL_CYCLES_PER_ELEM * acc_v
+        epi_insns += 1 + RESIDUAL_ALU_INSNS
     store1 = s.store_insns * STORE_INSN_CYCLES + acc_v * env.OUT_ELEM_BYTES / bus
     wtile = LOAD_INSN_CYCLES + s.wgt_tile * env.WGT_ELEM_BYTES / bus
     store_loop = s.store_insns > 1
@@ -244,7 +264,7 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
         if n_stores > COMMAND_QUEUE_DEPTH else None
     loads, gemms = _step_program(vo_n, vh_n, k_n, s.inp_private, inp_loop, wgt_per_step)
     # can the compute queue hold back the next tile's loads (more than 16 instructions between them)?
-    queued = threads + (1 + EPILOGUE_INSNS * vh_n if steps == 1 else 0) > COMMAND_QUEUE_DEPTH
+    queued = threads + (1 + epi_insns * vh_n if steps == 1 else 0) > COMMAND_QUEUE_DEPTH
     n_inp_buf = k_n * (vo_n if s.inp_private else 1) * vh_n
     n_gemm = threads * k_n
     load_dur = (inp1, inp_all, wgt1)
@@ -317,8 +337,8 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
                 cf = (cf if cf > dep else dep) + gemm1
                 g[gi] = cf
             if queued:                           # the last epilogue: its ACC load, then its ALU instructions
-                pending = [cf] + [cf + bias1 + (h + i / EPILOGUE_INSNS) * alu1 for h in range(vh_n)
-                                  for i in range(EPILOGUE_INSNS)]
+                pending = [cf] + [cf + bias1 + (h + i / epi_insns) * alu1 for h in range(vh_n)
+                                  for i in range(epi_insns)]
             cf += bias1
             for _ in range(vh_n):
                 cf += alu1
@@ -395,7 +415,7 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
     # and the GEMMs of each thread, one GEMM kernel per slot, or per chunk when the weights stay (the weight
     # offset is in the uops)
     gemm_kernels = threads * (s.chunks if s.wgt_at_co else k_n)
-    uop_loads = UOP_LOAD_CYCLES * (threads * (1 + EPILOGUE_INSNS) + gemm_kernels) + \
+    uop_loads = UOP_LOAD_CYCLES * (threads * (1 + epi_insns) + gemm_kernels) + \
         gemm_kernels * s.uops * env.UOP_ELEM_BYTES / bus
     n_tiles = s.out_tiles * s.spatial_tiles
     run_tiles = max(1, min(s.run_tiles, n_tiles))
@@ -454,8 +474,9 @@ def random_layer(rng, wkl, weight_shape: tuple[int, ...]):
 
 
 def conv_layer_data(op, wkl, env: Environment, acc_operands: int, rng, x, w, b, acc, macs: int) -> LayerData:
-    """A convolution measurement's arguments (data, kernel, bias, [shift]) and expected NCHW output: the
-    calibrated shift, or with two ACC operands one shift per channel around it."""
+    """A convolution measurement's arguments (data, kernel, bias, [shift], [shortcut]) and expected NCHW output:
+    the calibrated shift, or with two ACC operands one shift per channel around it; a residual workload adds an
+    int8 shortcut (the default ``Residual()``: added, clipped to int8)."""
     shift = calibrated_shift(acc, (0, 127))
     args = [P.pack_nchw(P.pad_channels(x, 1, env.BLOCK_IN), env.BATCH, env.BLOCK_IN), op.pack_weights(w, wkl, env),
             op.pack_channels(b, wkl, env)]
@@ -466,6 +487,10 @@ def conv_layer_data(op, wkl, env: Environment, acc_operands: int, rng, x, w, b, 
         shift = None
     else:
         expected = requantize(acc, shift, (0, 127))
+    if getattr(wkl, "residual", False):      # a fused residual add with the default Residual(): + shortcut, clip
+        sc = rng.integers(-128, 128, expected.shape, dtype=np.int8)
+        args.append(P.pack_nchw(sc, env.BATCH, env.BLOCK_OUT))
+        expected = np.clip(expected.astype(np.int32) + sc, -128, 127).astype(np.int8)
     out_shape = (wkl.batch // env.BATCH, wkl.out_filter // env.BLOCK_OUT, wkl.out_height, wkl.out_width,
                  env.BATCH, env.BLOCK_OUT)
     return LayerData(args, out_shape, expected, shift, macs)

@@ -69,9 +69,16 @@ def _has_load(e) -> bool:
     return bool(found)
 
 
-def _strip_cast(e, dtype):
-    while isinstance(e, tirx.Cast) and str(e.ty) == dtype and str(e.value.ty) == dtype:
-        e = e.value
+def _strip_cast(e, dtype, env: Environment | None = None):
+    """``e`` without casts that change nothing in the ALU: to ``dtype`` of ``dtype``, and (with ``env``) to
+    ``dtype`` of an int8 accumulator-scope load (an ACC_8BIT load already sign-extended it into its lane)."""
+    while isinstance(e, tirx.Cast) and str(e.ty) == dtype:
+        inner = e.value
+        if str(inner.ty) == dtype or (env is not None and isinstance(inner, TensorLoad) and
+                                      str(inner.ty) == env.out_dtype and scope_of(inner.source) == env.acc_scope):
+            e = inner
+        else:
+            break
     return e
 
 
@@ -106,7 +113,7 @@ def analyze_alu(attr, env: Environment) -> AluNest:
     dst_idx = body.indices[0]
 
     def is_base(e):
-        e = _strip_cast(e, acc)
+        e = _strip_cast(e, acc, env)
         return isinstance(e, TensorLoad) and is_on_chip(e.source, env) and scope_of(e.source) == env.acc_scope \
             and ana.can_prove_equal(e.indices[0], dst_idx)
 
@@ -116,7 +123,7 @@ def analyze_alu(attr, env: Environment) -> AluNest:
         return bool(found)
 
     def operand(e, op_name):
-        e = _strip_cast(e, acc)
+        e = _strip_cast(e, acc, env)
         if isinstance(e, TensorLoad):
             if scope_of(e.source) != env.acc_scope:
                 raise VTACompileError(f"{what}: operand {e.source.name} of {op_name} must be in the accumulator "
@@ -132,9 +139,9 @@ def analyze_alu(attr, env: Environment) -> AluNest:
     ops = []
     e = _strip_cast(body.value, acc)
     while True:
-        e = _strip_cast(e, acc)
+        e = _strip_cast(e, acc, env)
         if is_base(e):
-            base = _strip_cast(e, acc)
+            base = e
             break
         if isinstance(e, tirx.Cast):
             raise VTACompileError(f"{what}: cannot convert {e.value.ty} to {e.ty} in the ALU (narrowing to "

@@ -1,7 +1,10 @@
 """DMA injection: loop nests under the ``dma_copy`` pragma become 2-D VTA loads and stores.
 
 A nest copies DRAM -> on-chip (a LOAD into INP, WGT or ACC, optionally zero-padded) or ACC ->
-DRAM (a STORE from the OUT buffer, int32 narrowed to int8). The nest is analysed as follows:
+DRAM (a STORE from the OUT buffer, int32 narrowed to int8). An int8 tensor copied into the
+accumulator scope (into an int8 buffer, or cast to int32) is an ACC_8BIT load, which sign-extends
+each value into its lane; it needs the ISA extension ``acc_8bit`` (config key ``ISA_EXTENSIONS``).
+The nest is analysed as follows:
 
 1. Both indices must be affine in the nest's loop variables.
 2. The innermost loops must copy whole elements (BATCH x BLOCK_IN lanes for INP, ...), contiguously
@@ -104,15 +107,29 @@ def lower_dma(attr, env: Environment, plan: dict, roots: dict) -> tirx.Stmt:
     chip, dram = (dst, src) if is_load else (src, dst)
     scope = scope_of(chip)
     if is_load:
-        if scope == env.acc_scope and str(src.ty.dtype) != env.acc_dtype:
+        narrow = scope == env.acc_scope and str(src.ty.dtype) == env.out_dtype
+        if scope == env.acc_scope and str(src.ty.dtype) != env.acc_dtype and not narrow:
+            raise VTACompileError(f"{what}: the accumulator scope loads {env.acc_dtype} data, or {env.out_dtype} "
+                                  f"data with an ACC_8BIT load; {src.name} is {src.ty.dtype}")
+        if narrow and not env.config.isa.has("acc_8bit"):
             raise VTACompileError(
                 f"{what}: loading {src.ty.dtype} data into the accumulator scope would need an ACC_8BIT load, "
-                f"which VTA does not support (see README, Semantics); give {src.name} dtype {env.acc_dtype}")
-        if cast is not None and cast != str(src.ty.dtype):
-            raise VTACompileError(f"{what}: a DMA load cannot convert {src.ty.dtype} to {cast}")
-        if str(dst.ty.dtype) != str(src.ty.dtype):
-            raise VTACompileError(f"{what}: dtypes differ ({src.ty.dtype} -> {dst.ty.dtype})")
-        mem_type = {env.inp_scope: MemType.INP, env.wgt_scope: MemType.WGT, env.acc_scope: MemType.ACC}[scope]
+                f"which VTA does not support unless the config key ISA_EXTENSIONS enables the ISA extension "
+                f"'acc_8bit' ({env.config.isa.refusal(mem_type=MemType.ACC_8BIT)}); enable it, or give {src.name} "
+                f"dtype {env.acc_dtype}")
+        if narrow:
+            # ACC_8BIT sign-extends each int8 value into its 32-bit lane: the on-chip copy may be int8 or int32
+            if cast not in (None, env.out_dtype, env.acc_dtype) or str(dst.ty.dtype) not in (env.out_dtype,
+                                                                                             env.acc_dtype):
+                raise VTACompileError(f"{what}: an ACC_8BIT load sign-extends {env.out_dtype} to {env.acc_dtype}; it "
+                                      f"cannot make {dst.ty.dtype} (cast {cast})")
+            mem_type = MemType.ACC_8BIT
+        else:
+            if cast is not None and cast != str(src.ty.dtype):
+                raise VTACompileError(f"{what}: a DMA load cannot convert {src.ty.dtype} to {cast}")
+            if str(dst.ty.dtype) != str(src.ty.dtype):
+                raise VTACompileError(f"{what}: dtypes differ ({src.ty.dtype} -> {dst.ty.dtype})")
+            mem_type = {env.inp_scope: MemType.INP, env.wgt_scope: MemType.WGT, env.acc_scope: MemType.ACC}[scope]
     else:
         if scope != env.acc_scope:
             raise VTACompileError(f"{what}: only accumulator ({env.acc_scope}) data can be stored to DRAM; "
