@@ -33,7 +33,7 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
     out: dict = {"network": f"ResNet-18, {image}x{image}, batch 1", "config": vta.Environment(cfg).MODEL}
     with vta.Environment(cfg) as env:
         built = {}
-        for where in ("cpu", "auto"):
+        for where in ("cpu", "vta"):
             pmod = graph.graph_pack(qmod, env, residual=where)
             built[where] = (graph.placement(pmod), graph.build(pmod))
         for where, (pl, ex) in built.items():

@@ -31,6 +31,7 @@ class VtaLayer:
     clip: tuple[int, int] | None
     residual: Residual | None = None        # a residual add fused into the epilogue (``fuse_residual``)
     shortcut: Node | None = None            # its int8 shortcut
+    residual_why: str = ""                  # why it was fused (graph_pack's cost comparison)
 
     @property
     def op(self) -> Operator:
@@ -177,3 +178,23 @@ def check_batch(layers: list[VtaLayer], env: Environment) -> None:
             raise GraphError(f"layer {ly.name}: the batch is {n}, not a multiple of BATCH={env.BATCH} of the VTA "
                              f"configuration {env.MODEL}; build the network for a batch of "
                              f"{-(-n // env.BATCH) * env.BATCH} (for ONNX: from_onnx(model, shape_dict={{...}}))")
+
+
+def residual_cost(plain: VtaLayer, fused: VtaLayer, env: Environment) -> tuple[float, float, str]:
+    """(host µs, VTA µs, the comparison as a sentence) of the residual add that ``fused`` takes over from the host:
+    the board host's estimate (``host_cost``) against the cost model's extra cycles of the fused layer at the
+    configuration's clock (both layers with the cost model's own tiling)."""
+    from .host_cost import RESIDUAL_ADD_BYTES, RESIDUAL_ADD_OPS, host_of
+    cfg = env.config
+
+    def cycles(ly):
+        t = ly.op.tiling(ly.workload, env, ly.acc_operands, tuned=False)
+        return ly.op.estimate(ly.workload, t, env)
+    vta_us = max(0.0, cycles(fused) - cycles(plain)) / cfg.fpga_freq
+    host = host_of(cfg)
+    elements = int(np.prod(plain.out.shape))
+    host_us = host.elementwise_us(elements, RESIDUAL_ADD_OPS, RESIDUAL_ADD_BYTES)
+    text = (f"on the {host.name} about {host_us:.0f} µs (estimate), fused on VTA about {vta_us:.0f} µs more "
+            f"at {cfg.fpga_freq} MHz")
+    return host_us, vta_us, text
+

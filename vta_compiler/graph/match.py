@@ -10,13 +10,15 @@ matmul).
 
 from __future__ import annotations
 
+import dataclasses
+
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 
 from ..environment import Environment
 from ..tiling import registry
 from .ir import Const, Graph, GraphError, Node
-from .legalize import VtaLayer, chain, fuse_residual, legalize
+from .legalize import VtaLayer, chain, fuse_residual, legalize, residual_cost
 
 
 def with_epilogue(core):
@@ -161,6 +163,12 @@ def fuse_residuals(layers: list[VtaLayer], env: Environment, options: dict, user
             continue
         got = "graph_pack(residual='cpu') keeps residual adds on the CPU" if where == "cpu" else \
             fuse_residual(ly, parts, env)
+        if not isinstance(got, str):       # it can run on VTA: where is it faster on the board?
+            host_us, vta_us, cost = residual_cost(ly, got, env)
+            if where == "auto" and vta_us >= host_us:
+                got = f"the host is faster: {cost} (graph_pack(residual='vta') fuses it anyway)"
+            else:
+                got = dataclasses.replace(got, residual_why=cost)
         if isinstance(got, str):
             refused.setdefault(id(parts["add"]), (parts, ly, got))
             out.append(ly)

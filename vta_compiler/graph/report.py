@@ -34,7 +34,8 @@ def vta_row(layer: VtaLayer, env: Environment, kernel: str, tiling) -> dict:
     if layer.residual is not None:
         epi.append(f"residual({layer.shortcut.name})")
         fused = (f"residual add {layer.out.name} fused (ISA extension acc_8bit): shortcut {layer.shortcut.name} "
-                 "loaded as int8 (ACC_8BIT) and added in the epilogue")
+                 "loaded as int8 (ACC_8BIT) and added in the epilogue" +
+                 (f": {layer.residual_why}" if layer.residual_why else ""))
         note = f"{note}; {fused}" if note else fused
     return {"name": layer.name, "op": f"{layer.label} {'+'.join(epi) or ''}".strip(), "device": "VTA",
             "layout": "packed", "macs": layer.macs, "issued_macs": int(layer.op.issued_macs(off.workload, env)),

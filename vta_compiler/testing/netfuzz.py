@@ -283,8 +283,10 @@ def open_device(name):
     return FsimDevice(cfg)
 
 
-def check_model(model, calibration: list[np.ndarray], x: np.ndarray, device="fsim") -> Outcome:
-    """``model`` through the graph pipeline on ``device``, compared with the CPU run of its quantized module."""
+def check_model(model, calibration: list[np.ndarray], x: np.ndarray, device="fsim",
+                pack_options: dict | None = None) -> Outcome:
+    """``model`` through the graph pipeline on ``device``, compared with the CPU run of its quantized module
+    (``pack_options``: ``graph_pack``'s keywords)."""
     import tvm
     from tvm import relax
 
@@ -297,7 +299,7 @@ def check_model(model, calibration: list[np.ndarray], x: np.ndarray, device="fsi
     try:
         mod, params = graph.from_onnx(model)
         qmod = graph.quantize(mod, params, calibration=calibration)
-        pmod = graph.graph_pack(qmod)
+        pmod = graph.graph_pack(qmod, **(pack_options or {}))
         share = graph.placement(pmod).vta_share
         ex = graph.build(pmod)
         want = outputs(relax.VirtualMachine(tvm.compile(qmod, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)))
@@ -324,9 +326,9 @@ def check_model(model, calibration: list[np.ndarray], x: np.ndarray, device="fsi
     return Outcome("ok", "", share, informative)
 
 
-def check(net: Network, device="fsim") -> Outcome:
+def check(net: Network, device="fsim", pack_options: dict | None = None) -> Outcome:
     calibration, x = net.inputs()
-    return check_model(net.onnx(), calibration, x, device)
+    return check_model(net.onnx(), calibration, x, device, pack_options)
 
 
 def shrink(net: Network, failure: Outcome, device="fsim", budget: int = 40) -> tuple[Network, Outcome]:
