@@ -43,7 +43,7 @@ import numpy as np
 
 from vta_hw.cache import cache_dir
 from vta_hw.files import locked, temp_path
-from vta_hw.lint import WAIVERS, verilator_path
+from vta_hw.lint import CE_WAIVERS, WAIVERS, verilator_path
 from vta_hw.spec import Config, load_config
 from vta_hw.spec.regmap import DmaClient
 from vta_runtime.cxx import cpu_flags, native_arch
@@ -110,6 +110,7 @@ def _build_key(verilog: Path, beat_bytes: int, trace: bool, flags: list[str], pr
     h.update(verilog.read_bytes())
     h.update(HARNESS.read_bytes())
     h.update(WAIVERS.read_bytes())
+    h.update(CE_WAIVERS.read_bytes())
     h.update((HERE / "lz4_shim" / "lz4.h").read_bytes())
     h.update(repr((trace, flags, CXX_FLAGS)).encode())
     h.update(subprocess.run([_verilator(), "--version"], capture_output=True, text=True).stdout.encode())
@@ -153,13 +154,15 @@ def build(config=None, *, trace: bool = False, profile: bool = False, progress=N
 
 
 def _build(cfg, trace, progress, generate, profile=False) -> Path:
-    verilog = generate(cfg, quiet=False)
+    verilog = generate(cfg, quiet=False, clock_enables=True)
     return build_library(verilog, cfg.AXI_DATA_BYTES, trace=trace, profile=profile, progress=progress,
                          what=f"{cfg.MODEL} (AXI {cfg.AXI_DATA_BITS}-bit)")
 
 
-#: Verilator flags of every tsim build: lint on (``-Wall``), the waivers in WAIVERS, warnings fatal
-VERILATOR_FLAGS = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wall", str(WAIVERS)]
+#: Verilator flags of every tsim build: lint on (``-Wall``), the waivers in WAIVERS and CE_WAIVERS (tsim
+#: simulates the clock-enable form of the Verilog, see ``vta_hw.verilog.convert_with_clock_enables``),
+#: warnings fatal
+VERILATOR_FLAGS = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wall", str(WAIVERS), str(CE_WAIVERS)]
 #: C++ optimisation of the Verilated model and the harness (the model is most of tsim's time)
 CXX_FLAGS = ["-O3", *native_arch()]
 
