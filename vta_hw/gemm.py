@@ -142,7 +142,8 @@ class DotArray(wiring.Component):
         is valid: ``valid`` delayed k cycles. An idle array thus holds its registers (the DSP's and the
         fabric registers' clock enables, free in hardware) and Verilator skips their arithmetic."""
         en = [self.valid]
-        for k in range(1, self.latency):
+        # (as many as the tree needs, should the latency be too short for it: _sum then says so)
+        for k in range(1, max(self.latency, self.latency_for(self.block_in, self.adds_per_stage))):
             v = Signal(name=f"valid_{k}")
             m.d.sync += v.eq(en[-1])
             en.append(v)
