@@ -18,8 +18,13 @@ The tree adds each product plus 2^15, an unsigned 16-bit number (the low one is 
 is, the high one ``P[31:16]`` with bit 15 flipped), so no level sign-extends; the sum of
 BLOCK_IN = 2^n such terms is the dot product + 2^(15+n), which flipping the top bit of the
 (16+n)-bit sum removes. The datapath registers have no reset: the caller only takes ``dot`` for a
-slot it issued, latency cycles before. Both choices keep the results and the cycles, and make the
-array cheap to evaluate in Verilator (tsim), which computes every register in every cycle.
+slot it issued, latency cycles before. They also load only when the slot at their input is one:
+``valid`` (the caller's "this slot's dot product is taken"), delayed stage by stage along the
+pipeline, is each stage's clock enable (the DSP48's CE pins; fabric flip-flops have one too), so an
+idle array holds its registers, and Verilator, which would otherwise compute every product and sum
+in every cycle, skips them (tsim simulates the Verilog in which a register with an enable is
+written ``if (en) q <= d``: ``vta_hw.verilog.convert_with_clock_enables``). These choices keep the
+results and the cycles.
 
 The packing pays where a DSP is one wide multiplier (DSP48: 25x18). A Cyclone V variable-precision
 DSP block is one 27x27, two 18x19 or three 9x9 multipliers: the 25x8 packed product takes a whole

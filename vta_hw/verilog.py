@@ -1,7 +1,9 @@
 """Verilog emission of the VTA core, cached under ``hw/<config hash>/`` of the cache folder
 (``vta_hw.cache.cache_dir()``: ``$VTA_CACHE_DIR``, else the repository's ``build/``).
 
-``python -m vta_hw.verilog [--config PATH] [--out FILE]`` writes the Verilog and prints its path.
+``python -m vta_hw.verilog [--config PATH] [--out FILE] [--clock-enables]`` writes the Verilog and prints
+its path. Two forms of the same logic: Amaranth's own (``vta_core.v``: synthesis, the boards, the cocotb
+tests) and the clock-enable form tsim simulates (``vta_core_ce.v``, see :func:`convert_with_clock_enables`).
 The cache entry is keyed by ``cfg.hash(hardware_only=True)`` and checked against a hash of the
 ``vta_hw`` sources, so editing the hardware regenerates it. Concurrent writers take the entry's
 lock and publish each file by an atomic rename, so no process sees a part of a file.
