@@ -79,11 +79,18 @@ def record(layers=LAYERS, path: Path = RECORD) -> None:
     print(f"recorded {path}")
 
 
+_COPIES: dict[Path, Path] = {}
+_TMP = tempfile.TemporaryDirectory(prefix="tsim_replay_")
+
+
 def _device(lib: Path):
-    """A TsimDevice on the library ``lib`` (loaded from a private copy)."""
+    """A TsimDevice on the library ``lib`` (loaded from a private copy, one per library)."""
     import sim.tsim as T
-    tmp = Path(tempfile.mkdtemp(prefix="tsim_replay_")) / "libvta_tsim.so"
-    shutil.copy(lib, tmp)
+    if lib not in _COPIES:
+        _COPIES[lib] = Path(_TMP.name) / f"{len(_COPIES)}" / "libvta_tsim.so"
+        _COPIES[lib].parent.mkdir()
+        shutil.copy(lib, _COPIES[lib])
+    tmp = _COPIES[lib]
     real = T.build
     T.build = lambda *a, **k: tmp
     try:
