@@ -446,8 +446,12 @@ template <typename T, typename = void> struct HasClkPrev1 : std::false_type {};
 template <typename T> struct HasClkPrev1<T, std::void_t<decltype(T::__Vtrigprevexpr___TOP__clk__1)>> : std::true_type {};
 template <typename T, typename = void> struct HasClkPrev2 : std::false_type {};
 template <typename T> struct HasClkPrev2<T, std::void_t<decltype(T::__Vtrigprevexpr___TOP__clk__2)>> : std::true_type {};
-// not with a waveform (it records both halves of the clock) nor in the profile build
-constexpr bool ONE_EVAL = !VM_TRACE_FST && !VTA_PROFILE &&
+// not with a waveform (it records both halves of the clock) nor in the profile build; TSIM_ONE_EVAL: the
+// build found no output but RREADY computed from an input (sim.tsim.input_combinational_outputs)
+#ifndef TSIM_ONE_EVAL
+#define TSIM_ONE_EVAL 0
+#endif
+constexpr bool ONE_EVAL = TSIM_ONE_EVAL && !VM_TRACE_FST && !VTA_PROFILE &&
     (HasClkPrev0<Vtop___024root>::value || HasClkPrev1<Vtop___024root>::value || HasClkPrev2<Vtop___024root>::value);
 
 template <typename T> void forget_clock(T* r) {
