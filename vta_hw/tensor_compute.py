@@ -228,6 +228,8 @@ class TensorCompute(wiring.Component):
         m.d.comb += [g_valid[0].eq(i_ok & ~is_alu), g_dst[0].eq(idx["dst"]), g_reset[0].eq(reset)]
         for k in range(1, lat + 1):
             m.d.sync += [g_valid[k].eq(g_valid[k - 1]), g_dst[k].eq(g_dst[k - 1]), g_reset[k].eq(g_reset[k - 1])]
+        # the array loads only the slots whose dot product E takes (its operands arrive READ_LATENCY cycles after I)
+        m.d.comb += dot.valid.eq(g_valid[READ_LATENCY] & ~g_reset[READ_LATENCY])
 
         # ---- the ACC read (R) of each slot: ALU in I, GEMM READ_LATENCY cycles before its dot product
         first_of_two = i_phase == 0

@@ -1,7 +1,9 @@
 """Verilog emission of the VTA core, cached under ``hw/<config hash>/`` of the cache folder
 (``vta_hw.cache.cache_dir()``: ``$VTA_CACHE_DIR``, else the repository's ``build/``).
 
-``python -m vta_hw.verilog [--config PATH] [--out FILE]`` writes the Verilog and prints its path.
+``python -m vta_hw.verilog [--config PATH] [--out FILE] [--clock-enables]`` writes the Verilog and prints
+its path. Two forms of the same logic: Amaranth's own (``vta_core.v``: synthesis, the boards, the cocotb
+tests) and the clock-enable form tsim simulates (``vta_core_ce.v``, see :func:`convert_with_clock_enables`).
 The cache entry is keyed by ``cfg.hash(hardware_only=True)`` and checked against a hash of the
 ``vta_hw`` sources, so editing the hardware regenerates it. Concurrent writers take the entry's
 lock and publish each file by an atomic rename, so no process sees a part of a file.
@@ -52,12 +54,36 @@ def verilog_dir(cfg: Config) -> Path:
     return cache_dir() / "hw" / cfg.hash(hardware_only=True)
 
 
-def generate(config=None, *, force: bool = False, quiet: bool = True) -> Path:
-    """Write (or reuse) the core's Verilog for ``config``; returns the path of ``vta_core.v``."""
+#: yosys passes of the clock-enable form: Amaranth's processes become multiplexers (``proc``), and
+#: ``opt_dff`` turns every register fed back through one (it holds its value on some cycles) into a
+#: register with a clock enable (and a synchronous reset into one with a reset), written
+#: ``if (en) q <= d``. Equivalent logic; ``memory_collect`` and ``write_verilog`` as Amaranth's own.
+CLOCK_ENABLE_PASSES = ("proc -norom", "opt_expr", "opt_clean", "opt_dff", "opt_clean", "memory_collect")
+
+
+def convert_with_clock_enables(elaboratable, name: str) -> str:
+    """``elaboratable``'s Verilog in the clock-enable form (``CLOCK_ENABLE_PASSES``). Verilator
+    evaluates a register written ``if (en) q <= d`` only when ``en`` and in place; Amaranth's own form
+    (``q <= q_next`` with ``q_next = en ? d : q`` in a process) makes it copy every such register
+    through a shadow variable every cycle and compute ``d`` whether enabled or not. tsim uses this form."""
+    from amaranth._toolchain.yosys import find_yosys
+    from amaranth.back import rtlil
+
+    text = rtlil.convert(elaboratable, name=name, emit_src=False)
+    yosys = find_yosys(lambda ver: ver >= (0, 40))
+    script = [f"read_rtlil <<rtlil\n{text}\nrtlil", *CLOCK_ENABLE_PASSES, "write_verilog -norename"]
+    return yosys.run(["-q", "-"], "\n".join(script), ignore_warnings=True)
+
+
+def generate(config=None, *, force: bool = False, quiet: bool = True, clock_enables: bool = False) -> Path:
+    """Write (or reuse) the core's Verilog for ``config``; returns the path of ``vta_core.v``
+    (``clock_enables``: of ``vta_core_ce.v``, the same logic in the form of
+    :func:`convert_with_clock_enables`, which tsim simulates; synthesis and the boards use the other)."""
     cfg = load_config(config)
     out_dir = verilog_dir(cfg)
-    out = out_dir / f"{TOP_NAME}.v"
-    stamp = out_dir / "sources.sha"
+    suffix = "_ce" if clock_enables else ""
+    out = out_dir / f"{TOP_NAME}{suffix}.v"
+    stamp = out_dir / f"sources{suffix}.sha"
     sh = source_hash()
 
     def fresh() -> bool:
@@ -75,7 +101,10 @@ def generate(config=None, *, force: bool = False, quiet: bool = True) -> Path:
         t0 = time.perf_counter()
         if not quiet:
             print(f"[vta_hw] generating Verilog for {cfg.MODEL} (AXI {cfg.AXI_DATA_BITS}-bit) ...", flush=True)
-        text = strip_zero_init(verilog.convert(VtaCore(cfg), name=TOP_NAME, emit_src=False))
+        if clock_enables:
+            text = strip_zero_init(convert_with_clock_enables(VtaCore(cfg), TOP_NAME))
+        else:
+            text = strip_zero_init(verilog.convert(VtaCore(cfg), name=TOP_NAME, emit_src=False))
         write_atomic(out, text)           # the Verilog first: a stamp never vouches for an older file
         write_atomic(stamp, sh)
         write_atomic(out_dir / "config.json", cfg.to_json())
@@ -89,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", help="configuration file (default: $VTA_CONFIG or the repository's)")
     p.add_argument("--out", help="also copy the Verilog to this file")
     p.add_argument("--force", action="store_true")
+    p.add_argument("--clock-enables", action="store_true", help="the clock-enable form tsim simulates")
     args = p.parse_args(argv)
-    path = generate(args.config, force=args.force, quiet=False)
+    path = generate(args.config, force=args.force, quiet=False, clock_enables=args.clock_enables)
     if args.out:
         Path(args.out).write_text(path.read_text())
         print(args.out)

@@ -181,3 +181,19 @@ def test_fst_waveform(tmp_path):
     w = pywellen.Waveform(str(path))
     var = next(v for v in w.all_vars() if v.full_name.endswith("vta_core.cnt_gemm_counter"))
     assert var.signal.value_at(end) == gemms
+
+
+def test_only_rready_follows_an_input_within_a_cycle(tmp_path):
+    """The harness evaluates the model once a cycle, sampling the master port before the inputs settle:
+    right only for outputs that no input reaches within the cycle. The build checks the Verilated C++
+    (``input_combinational_outputs``); for the core only RREADY (the ready of the client RID names)."""
+    obj = tsim_mod.build(load_config()).parent / "obj"
+    assert tsim_mod.input_combinational_outputs(obj) == tsim_mod.RID_COMBINATIONAL_OUTPUTS == {"m_axi_rready"}
+    # negative control: a model whose input-combinational region also computes ARVALID
+    (tmp_path / "Vtop.h").write_text("    VL_OUT8(&m_axi_arvalid,0,0);\n    VL_OUT8(&m_axi_rready,0,0);\n"
+                                     "    VL_IN8(&clk,0,0);\n")
+    (tmp_path / "Vtop___024root__0.cpp").write_text(
+        "void Vtop___024root___ico_sequent__TOP__0(Vtop___024root* vlSelf) {\n"
+        "    vlSelfRef.m_axi_arvalid \n        = vlSelfRef.clk;\n    vlSelfRef.x = (vlSelfRef.y == 1);\n}\n"
+        "void Vtop___024root___nba_sequent__TOP__0(Vtop___024root* vlSelf) {\n    vlSelfRef.m_axi_rready = 1;\n}\n")
+    assert tsim_mod.input_combinational_outputs(tmp_path) == {"m_axi_arvalid"}
