@@ -1,0 +1,267 @@
+"""``pool2d``: int8 2-D max pooling on VTA's ALU (ISA extension ``acc_8bit``).
+
+Layouts: data ``(N/B, C/BO, H, W, B, BO)`` int8 (the packed output of a convolution), result
+``(N/B, C/BO, OH, OW, B, BO)`` int8. Each tile (``tile_c`` channel blocks x ``tile_h`` output rows) loads its
+input window into the accumulators with an ACC_8BIT load (sign-extended; the load module pads the borders with
+zeros), resets the output accumulators to 0 (a GEMM reset), runs one ALU MAX with a register operand for every
+window position (``out = max(out, in[s*i + dy, s*j + dx])``: one instruction, the window's taps unrolled into
+its uops) and stores the int8 result.
+
+Both the padding and the reset are 0, so the kernel computes ``max(0, max_pool(x))``: exact for an input that
+is known to be non-negative (a pooled ReLU output, ResNet's stem), which the workload states
+(``nonnegative``); any other input is refused. The result of a max over int8 values is int8: no clip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import s_tir, te, tirx, topi
+
+from ..environment import Environment, get_env
+from ..tiling import BufferNeeds, Knob, LayerData, Operator, register, with_workload
+from ..transform.common import VTACompileError
+from . import conv_family as F
+from . import packing as P
+from .common import divisors, mock_names, pragma
+
+
+@dataclass(frozen=True)
+class Pool2DWorkload:
+    batch: int
+    height: int
+    width: int
+    channels: int           # a multiple of BLOCK_OUT (the caller pads an odd count, as for a convolution)
+    hkernel: int
+    wkernel: int
+    hpad: int
+    wpad: int
+    hstride: int
+    wstride: int
+    #: the input is known to be >= 0 (after a ReLU): the zero padding and the zero start of the max are exact
+    nonnegative: bool = False
+
+    @property
+    def out_height(self) -> int:
+        return (self.height + 2 * self.hpad - self.hkernel) // self.hstride + 1
+
+    @property
+    def out_width(self) -> int:
+        return (self.width + 2 * self.wpad - self.wkernel) // self.wstride + 1
+
+    @property
+    def macs(self) -> int:
+        return 0            # a pool multiplies nothing: its work is ALU MAX instructions
+
+
+#: ResNet-18's stem pool on its 112x112x64 map (3x3, stride 2, padding 1, after a ReLU)
+RESNET18_POOL = Pool2DWorkload(1, 112, 112, 64, 3, 3, 1, 1, 2, 2, nonnegative=True)
+
+
+@dataclass(frozen=True)
+class Pool2DTiling:
+    tile_c: int = 1         # channel blocks per tile
+    tile_h: int = 1         # output rows per tile
+
+
+def pool_refusal(env: Environment) -> str | None:
+    """Why VTA cannot pool on this configuration (the input tile is an ACC_8BIT load), or None."""
+    if env.config.isa.has("acc_8bit"):
+        return None
+    return ("pooling on VTA loads its int8 input into the accumulators with an ACC_8BIT load, which needs ISA "
+            "extension acc_8bit (config key ISA_EXTENSIONS)")
+
+
+class Pool2D(Operator):
+    """int8 2-D max pooling (``relax.nn.max_pool2d``, NCHW, dilation 1) of a non-negative input."""
+
+    kind = "pool2d"
+    workload_type = Pool2DWorkload
+    tiling_type = Pool2DTiling
+    relax_ops = ("relax.nn.max_pool2d",)
+
+    def describe(self, w) -> str:
+        return (f"max_pool2d {w.height}x{w.width}x{w.channels} {w.hkernel}x{w.wkernel} s{w.hstride}"
+                + (f"x{w.wstride}" if w.wstride != w.hstride else "") + f" p{w.hpad}")
+
+    def label(self, wkl) -> str:
+        return "max_pool2d"
+
+    def kernel_name(self, w) -> str:
+        return f"{w.height}x{w.width}_{w.channels}_k{w.hkernel}x{w.wkernel}_s{w.hstride}x{w.wstride}_p{w.hpad}x" \
+            f"{w.wpad}"
+
+    def issued_macs(self, wkl, env: Environment) -> int:
+        return 0
+
+    def shape_refusal(self, wkl, env: Environment) -> str | None:
+        reason = pool_refusal(env)
+        if reason:
+            return reason
+        if wkl.batch % env.BATCH or wkl.channels % env.BLOCK_OUT:
+            return (f"batch {wkl.batch} and channels {wkl.channels} must be multiples of BATCH={env.BATCH} and "
+                    f"BLOCK_OUT={env.BLOCK_OUT}")
+        if not wkl.nonnegative:
+            return ("VTA's max pooling pads with 0 (the load's padding) and starts the max at 0 (an accumulator "
+                    "reset), which is exact only for an input known to be >= 0 (after a ReLU); this input may be "
+                    "negative")
+        if min(wkl.hkernel, wkl.wkernel, wkl.hstride, wkl.wstride) < 1 or min(wkl.hpad, wkl.wpad) < 0 or \
+                wkl.out_height < 1 or wkl.out_width < 1:
+            return f"window {wkl.hkernel}x{wkl.wkernel}, stride {wkl.hstride}x{wkl.wstride}, padding " \
+                f"{wkl.hpad}x{wkl.wpad} of a {wkl.height}x{wkl.width} map has no output"
+        return None
+
+    # ---------------------------------------------------------------------------------------- compute
+    def compute(self, wkl, env=None, *, shift=0, bias=False, clip=None, channel_shift=False):
+        """``res = int8(max(0, max_pool(data)))`` over packed tensors (a pool has no bias, shift or clip: the
+        flow's epilogue arguments are ignored). Parameters: data, res."""
+        env = env or get_env()
+        reason = self.shape_refusal(wkl, env)
+        if reason:
+            raise VTACompileError(f"pool2d {self.describe(wkl)}: {reason}")
+        bb, bo = env.BATCH, env.BLOCK_OUT
+        hs, ws = wkl.hstride, wkl.wstride
+        data = te.placeholder((wkl.batch // bb, wkl.channels // bo, wkl.height, wkl.width, bb, bo), env.out_dtype,
+                              name="data")
+        dpad = topi.nn.pad(data, [0, 0, wkl.hpad, wkl.wpad, 0, 0], name="data_pad") if wkl.hpad or wkl.wpad \
+            else data
+        window = te.compute(dpad.shape, lambda *i: dpad(*i).astype(env.acc_dtype), name="window")
+        dy = te.reduce_axis((0, wkl.hkernel), "dy")
+        dx = te.reduce_axis((0, wkl.wkernel), "dx")
+        # a max that starts at 0 (the accumulator reset): max_pool of a non-negative input
+        relu_max = te.comm_reducer(lambda a, b: te.max(a, b), lambda t: tirx.const(0, t), name="relu_max")
+        pool = te.compute((data.shape[0], data.shape[1], wkl.out_height, wkl.out_width, bb, bo),
+                          lambda n, c, i, j, b, k: relu_max(window[n, c, i * hs + dy, j * ws + dx, b, k],
+                                                            axis=[dy, dx]), name="pool")
+        res = te.compute(pool.shape, lambda *i: pool(*i).astype(env.out_dtype), name="res")
+        return with_workload(te.create_prim_func([data, res]), self, wkl)
+
+    # ---------------------------------------------------------------------------------------- tiling space
+    def knobs(self, wkl, env):
+        return [Knob("tile_c", tuple(divisors(wkl.channels // env.BLOCK_OUT))),
+                Knob("tile_h", tuple(divisors(wkl.out_height)))]
+
+    def check(self, wkl, t, env):
+        for name, n, tl in (("channel blocks", wkl.channels // env.BLOCK_OUT, t.tile_c),
+                            ("output rows", wkl.out_height, t.tile_h)):
+            if tl < 1 or n % tl:
+                return f"{tl} does not divide the {n} {name}"
+        return None
+
+    def _tile(self, wkl, t):
+        """(input rows, input columns, output elements) of one tile's channel block."""
+        rows = (t.tile_h - 1) * wkl.hstride + wkl.hkernel
+        cols = (wkl.out_width - 1) * wkl.wstride + wkl.wkernel
+        return rows, cols, t.tile_h * wkl.out_width
+
+    def needs(self, wkl, t, env, acc_operands=1):
+        rows, cols, out = self._tile(wkl, t)
+        alu_uops = F.kernel_uops([wkl.hkernel, wkl.wkernel, t.tile_c, t.tile_h, wkl.out_width])
+        reset_uops = F.kernel_uops([t.tile_c, t.tile_h, wkl.out_width])
+        return BufferNeeds(0, 0, t.tile_c * (rows * cols + out), max(alu_uops, reset_uops))
+
+    def estimate(self, wkl, t, env):
+        """Cycles of the modules' work, in sequence per tile (the ACC_8BIT load, the reset, the MAXes at two
+        cycles per element with a register operand, the store); the constants are the GEMM operators'."""
+        rows, cols, out = self._tile(wkl, t)
+        tiles = (wkl.batch // env.BATCH) * (wkl.channels // env.BLOCK_OUT // t.tile_c) * \
+            (wkl.out_height // t.tile_h)
+        load = t.tile_c * (F.LOAD_INSN_CYCLES + rows * cols * env.OUT_ELEM_BYTES / env.AXI_DATA_BYTES)
+        reset = F.GEMM_INSN_CYCLES + t.tile_c * out
+        alu = F.ALU_INSN_CYCLES + 2 * wkl.hkernel * wkl.wkernel * t.tile_c * out
+        store = t.tile_c * F.STORE_INSN_CYCLES + t.tile_c * out * env.OUT_ELEM_BYTES / env.AXI_DATA_BYTES
+        return tiles * (load + reset + alu + store)
+
+    # ---------------------------------------------------------------------------------------- schedule
+    def schedule(self, func, tiling=None, env=None, mock=()):
+        env = env or get_env()
+        dma_copy, alu, _, gemm_reset = mock_names(env, mock)
+        wkl = self.workload_of(func)
+        if wkl is None:
+            raise VTACompileError("pool2d: schedule a function made by Pool2D.compute (it records its workload)")
+        t = tiling or self.tiling(wkl, env)
+        reason = self.check(wkl, t, env)
+        if reason:
+            raise VTACompileError(f"pool2d tiling {t}: {reason}")
+        sch = s_tir.Schedule(func)
+        if wkl.hpad or wkl.wpad:
+            sch.compute_inline(sch.get_sblock("data_pad"))     # the load module pads
+        window, pool, res = (sch.get_sblock(n) for n in ("window", "pool", "res"))
+        sch.set_scope(window, 0, env.acc_scope)
+        sch.set_scope(pool, 0, env.acc_scope)
+        n, c, h, w, b, k = sch.get_loops(res)
+        c_o, c_i = sch.split(c, [wkl.channels // env.BLOCK_OUT // t.tile_c, t.tile_c])
+        h_o, h_i = sch.split(h, [wkl.out_height // t.tile_h, t.tile_h])
+        sch.reorder(n, c_o, h_o, c_i, h_i, w, b, k)
+        sch.compute_at(pool, h_o, preserve_unit_loops=True)
+        sch.compute_at(window, h_o, preserve_unit_loops=True)
+        # the pool's loops below the tile: n c h w b k dy dx -> dy dx first (one ALU MAX per window position)
+        pn, pc, ph, pw, pb, pk, pdy, pdx = sch.get_loops(pool)[3:]
+        sch.reorder(pdy, pdx, pn, pc, ph, pw, pb, pk)
+        init = sch.decompose_reduction(pool, pdy)
+        sch.tensorize(sch.get_loops(init)[-1 if env.BATCH == 1 else -2], gemm_reset)
+        pragma(sch, sch.get_loops(pool)[3], alu)
+        pragma(sch, sch.get_loops(window)[-4], dma_copy)        # per channel block: rows x columns, padded
+        pragma(sch, sch.get_loops(res)[-4], dma_copy)
+        return sch
+
+    def scheduled(self, wkl, t, env, acc_operands, shift):
+        return self.schedule(self.compute(wkl, env), t, env=env)
+
+    # ---------------------------------------------------------------------------------------- data
+    def pack_weights(self, w, wkl, env):
+        raise VTACompileError("pool2d has no weights")
+
+    def pack_channels(self, v, wkl, env):
+        raise VTACompileError("pool2d has no per-channel constants")
+
+    def data(self, wkl, env, acc_operands, seed=0):
+        x = np.random.default_rng(seed).integers(0, 128, (wkl.batch, wkl.channels, wkl.height, wkl.width),
+                                                 dtype=np.int8)
+        out = (wkl.batch // env.BATCH, wkl.channels // env.BLOCK_OUT, wkl.out_height, wkl.out_width, env.BATCH,
+               env.BLOCK_OUT)
+        return LayerData([P.pack_nchw(x, env.BATCH, env.BLOCK_OUT)], out, max_pool_reference(x, wkl), None, 0)
+
+    def unpack(self, out):
+        return P.unpack_nchw(out)
+
+    # ---------------------------------------------------------------------------------------- graphs
+    def pattern(self):
+        return None         # graph_pack does not place pools yet
+
+    def from_relax(self, attrs, x_shape, weight, out_shape, env, options):
+        return None
+
+    def tiling(self, wkl, env=None, acc_operands=1, tuned=True):
+        return super().tiling(wkl, env, acc_operands, tuned=False)     # no records: the model's choice
+
+
+def max_pool_reference(x: np.ndarray, wkl: Pool2DWorkload) -> np.ndarray:
+    """numpy max pooling of NCHW int8 ``x`` with -128 padding (the true max pool)."""
+    xp = np.pad(x, [(0, 0), (0, 0), (wkl.hpad, wkl.hpad), (wkl.wpad, wkl.wpad)], constant_values=-128)
+    out = np.full(x.shape[:2] + (wkl.out_height, wkl.out_width), -128, np.int8)
+    for dy in range(wkl.hkernel):
+        for dx in range(wkl.wkernel):
+            tap = xp[:, :, dy:dy + wkl.hstride * (wkl.out_height - 1) + 1:wkl.hstride,
+                     dx:dx + wkl.wstride * (wkl.out_width - 1) + 1:wkl.wstride]
+            out = np.maximum(out, tap)
+    return out
+
+
+POOL2D = register(Pool2D())
+
+
+def pool2d_layer(wkl: Pool2DWorkload, env: Environment | None = None):
+    """``res = int8(max_pool(data))`` as a PrimFunc over packed tensors (data, res); needs ``acc_8bit``."""
+    return POOL2D.compute(wkl, env)
+
+
+def schedule_pool2d_packed(func, tiling: Pool2DTiling | None = None, env: Environment | None = None,
+                           mock: tuple[str, ...] = ()) -> s_tir.Schedule:
+    """Schedule a function made by :func:`pool2d_layer` (without a ``tiling``, the cost model's choice)."""
+    return POOL2D.schedule(func, tiling, env, mock)
+
+
+__all__ = ["POOL2D", "RESNET18_POOL", "Pool2D", "Pool2DTiling", "Pool2DWorkload", "max_pool_reference",
+           "pool2d_layer", "schedule_pool2d_packed"]
