@@ -90,3 +90,65 @@ def test_max_pool_refusals(ext_env):
         assert "acc_8bit" in reason and "ISA_EXTENSIONS" in reason
         with pytest.raises(VTACompileError, match=r"ACC_8BIT load, which needs ISA extension acc_8bit"):
             pool2d_layer(ok, plain)
+
+
+# ------------------------------------------------------------------------------------------------ average pooling
+@pytest.fixture
+def mul_env():
+    cfg = vta.get_env().config.replace(ISA_EXTENSIONS=("alu_mul", "acc_8bit"))
+    with vta.Environment(cfg) as env:
+        dev = FsimDevice(cfg)
+        vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
+        yield env, dev
+        vta_runtime.set_command_queue(None)
+
+
+def _numpy_avg_pool(x, k, s, p, mult, shift):
+    """The quantizer's ``global_pool`` on a window: an int32 sum (zero padding counted), ``* mult``, ``+ 2**(shift-1)``,
+    ``>> shift``, clip to int8 (numpy int32 arithmetic)."""
+    n, c, h, w = x.shape
+    xp = np.pad(x.astype(np.int32), [(0, 0), (0, 0), (p, p), (p, p)])
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    out = np.empty((n, c, oh, ow), np.int8)
+    for i in range(oh):
+        for j in range(ow):
+            acc = xp[:, :, i * s:i * s + k, j * s:j * s + k].sum(axis=(2, 3), dtype=np.int32) * np.int32(mult)
+            if shift:
+                acc = (acc + np.int32(1 << (shift - 1))) >> np.int32(shift)
+            out[:, :, i, j] = np.clip(acc, -128, 127)
+    return out
+
+
+@pytest.mark.parametrize("c, h, k, s, p, mult, shift", [
+    (32, 7, 7, 1, 0, round(2 ** 23 / 49), 23),     # ResNet-18's global pool: the multiplier split, two-step round
+    (16, 2, 2, 1, 0, 2 ** 21, 23),                 # a 2x2 map: the multiplier is a power of two
+    (16, 4, 4, 1, 0, 1337, 14),                    # one MUL, one rounding shift
+    (20, 6, 3, 2, 1, round(2 ** 20 / 9), 20),      # windowed average, padding counted, odd channels
+], ids=["global-7x7", "global-2x2", "small-multiplier", "3x3s2p1"])
+def test_avg_pool_on_vta(mul_env, c, h, k, s, p, mult, shift):
+    env, dev = mul_env
+    n = env.BATCH
+    x = np.random.default_rng(h * k).integers(-128, 128, (n, c, h, h), dtype=np.int8)
+    cp = -(-c // env.BLOCK_OUT) * env.BLOCK_OUT
+    wkl = Pool2DWorkload(n, h, h, cp, k, k, p, p, s, s, mode="avg", multiplier=mult, shift=shift)
+    assert operator("pool2d").refusal(wkl, env) is None
+    xp = np.pad(x, [(0, 0), (0, cp - c), (0, 0), (0, 0)])
+    out_shape = (n // env.BATCH, cp // env.BLOCK_OUT, wkl.out_height, wkl.out_width, env.BATCH, env.BLOCK_OUT)
+    out = unpack_nchw(run(build(schedule_pool2d_packed(pool2d_layer(wkl, env), None, env)),
+                          [pack_nchw(xp, env.BATCH, env.BLOCK_OUT)], out_shape))[:, :c]
+    ref = _numpy_avg_pool(x, k, s, p, mult, shift)
+    assert len(np.unique(ref)) > 8 and (ref < 0).any() and (ref > 0).any() and (np.abs(ref) < 127).all()
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_avg_pool_refusals(mul_env):
+    env, _ = mul_env
+    op = operator("pool2d")
+    gap = Pool2DWorkload(1, 7, 7, 16, 7, 7, 0, 0, 1, 1, mode="avg", multiplier=171196, shift=23)
+    assert "at most 256 values" in op.refusal(Pool2DWorkload(1, 17, 17, 16, 17, 17, 0, 0, 1, 1, mode="avg",
+                                                             multiplier=1, shift=0), env)
+    assert "leave int32" in op.refusal(Pool2DWorkload(1, 7, 7, 16, 7, 7, 0, 0, 1, 1, mode="avg",
+                                                      multiplier=1 << 26, shift=23), env)
+    with vta.Environment(env.config.replace(ISA_EXTENSIONS=("acc_8bit",))) as no_mul:
+        reason = op.refusal(gap, no_mul)
+        assert "alu_mul" in reason and "ISA_EXTENSIONS" in reason

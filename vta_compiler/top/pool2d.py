@@ -10,6 +10,18 @@ its uops) and stores the int8 result.
 Both the padding and the reset are 0, so the kernel computes ``max(0, max_pool(x))``: exact for an input that
 is known to be non-negative (a pooled ReLU output, ResNet's stem), which the workload states
 (``nonnegative``); any other input is refused. The result of a max over int8 values is int8: no clip.
+
+**Average pooling** (``mode="avg"``; global average pooling is the window of the whole map) has the quantizer's
+integer semantics (``vta_compiler.graph.quantize``, ``global_pool``): ``s = sum(int32(x))`` over the window (zero
+padding counts as values), ``int8(clip((s * multiplier + 2**(shift-1)) >> shift, -128, 127))``. The sum is one
+ALU ADD with a register operand per window position; the multiply needs the ISA extension ``alu_mul``, whose MUL
+multiplies int16 operands: the sum fits int16 when the window has at most 256 values; a multiplier is its odd
+part times a power of two (a MUL and a left shift), and an odd part of 2**15 or more is split in two,
+``s * m = ((s * (m >> 15)) << 15) + s * (m & 0x7fff)``, on two copies of the sum (the window summed twice). The
+rounding constant exceeds the ALU's 16-bit immediate for ``shift > 15``, so the shift runs as ``>> (shift - 15)``,
+``+ 2**14``, ``>> 15``: equal to the single rounding shift for every integer (``floor((T + 2**(k-1)) / 2**k) ==
+floor((floor(T / 2**j) + 2**(k-j-1)) / 2**(k-j))``). A workload whose product could leave int32 is refused (the
+host's product would wrap).
 """
 
 from __future__ import annotations
@@ -41,6 +53,10 @@ class Pool2DWorkload:
     wstride: int
     #: the input is known to be >= 0 (after a ReLU): the zero padding and the zero start of the max are exact
     nonnegative: bool = False
+    #: "max", or "avg": the window's sum times ``multiplier``, rounded and shifted right by ``shift``, clipped
+    mode: str = "max"
+    multiplier: int = 0
+    shift: int = 0
 
     @property
     def out_height(self) -> int:
@@ -52,7 +68,23 @@ class Pool2DWorkload:
 
     @property
     def macs(self) -> int:
-        return 0            # a pool multiplies nothing: its work is ALU MAX instructions
+        return 0            # a pool issues no GEMM: its work is ALU instructions
+
+    @property
+    def twos(self) -> int:
+        """The multiplier's factors of two (a left shift after the MUL)."""
+        m = self.multiplier
+        return (m & -m).bit_length() - 1 if m > 0 else 0
+
+    @property
+    def split(self) -> bool:
+        """An average's multiplier does not fit int16 (its odd part): two MULs on two copies of the sum."""
+        return self.mode == "avg" and self.multiplier >> self.twos >= 1 << 15
+
+    @property
+    def sums(self) -> int:
+        """Copies of the window's sum (or max) the kernel computes."""
+        return 2 if self.split else 1
 
 
 #: ResNet-18's stem pool on its 112x112x64 map (3x3, stride 2, padding 1, after a ReLU)
@@ -74,7 +106,8 @@ def pool_refusal(env: Environment) -> str | None:
 
 
 class Pool2D(Operator):
-    """int8 2-D max pooling (``relax.nn.max_pool2d``, NCHW, dilation 1) of a non-negative input."""
+    """int8 2-D max pooling (``relax.nn.max_pool2d``, NCHW, dilation 1) of a non-negative input, and average
+    pooling with the quantizer's fixed-point scale."""
 
     kind = "pool2d"
     workload_type = Pool2DWorkload
@@ -82,15 +115,16 @@ class Pool2D(Operator):
     relax_ops = ("relax.nn.max_pool2d",)
 
     def describe(self, w) -> str:
-        return (f"max_pool2d {w.height}x{w.width}x{w.channels} {w.hkernel}x{w.wkernel} s{w.hstride}"
-                + (f"x{w.wstride}" if w.wstride != w.hstride else "") + f" p{w.hpad}")
+        return (f"{self.label(w)} {w.height}x{w.width}x{w.channels} {w.hkernel}x{w.wkernel} s{w.hstride}"
+                + (f"x{w.wstride}" if w.wstride != w.hstride else "") + f" p{w.hpad}"
+                + (f" *{w.multiplier}>>{w.shift}" if w.mode == "avg" else ""))
 
     def label(self, wkl) -> str:
-        return "max_pool2d"
+        return "max_pool2d" if wkl.mode == "max" else "avg_pool2d"
 
     def kernel_name(self, w) -> str:
-        return f"{w.height}x{w.width}_{w.channels}_k{w.hkernel}x{w.wkernel}_s{w.hstride}x{w.wstride}_p{w.hpad}x" \
-            f"{w.wpad}"
+        return f"{w.mode}_{w.height}x{w.width}_{w.channels}_k{w.hkernel}x{w.wkernel}_s{w.hstride}x{w.wstride}_" \
+            f"p{w.hpad}x{w.wpad}" + (f"_m{w.multiplier}_s{w.shift}" if w.mode == "avg" else "")
 
     def issued_macs(self, wkl, env: Environment) -> int:
         return 0
@@ -102,6 +136,10 @@ class Pool2D(Operator):
         if wkl.batch % env.BATCH or wkl.channels % env.BLOCK_OUT:
             return (f"batch {wkl.batch} and channels {wkl.channels} must be multiples of BATCH={env.BATCH} and "
                     f"BLOCK_OUT={env.BLOCK_OUT}")
+        if wkl.mode not in ("max", "avg"):
+            return f"pool mode {wkl.mode!r}: VTA pools with 'max' or 'avg'"
+        if wkl.mode == "avg":
+            return avg_refusal(wkl, env)
         if not wkl.nonnegative:
             return ("VTA's max pooling pads with 0 (the load's padding) and starts the max at 0 (an accumulator "
                     "reset), which is exact only for an input known to be >= 0 (after a ReLU); this input may be "
@@ -129,12 +167,18 @@ class Pool2D(Operator):
         window = te.compute(dpad.shape, lambda *i: dpad(*i).astype(env.acc_dtype), name="window")
         dy = te.reduce_axis((0, wkl.hkernel), "dy")
         dx = te.reduce_axis((0, wkl.wkernel), "dx")
-        # a max that starts at 0 (the accumulator reset): max_pool of a non-negative input
-        relu_max = te.comm_reducer(lambda a, b: te.max(a, b), lambda t: tirx.const(0, t), name="relu_max")
-        pool = te.compute((data.shape[0], data.shape[1], wkl.out_height, wkl.out_width, bb, bo),
-                          lambda n, c, i, j, b, k: relu_max(window[n, c, i * hs + dy, j * ws + dx, b, k],
-                                                            axis=[dy, dx]), name="pool")
-        res = te.compute(pool.shape, lambda *i: pool(*i).astype(env.out_dtype), name="res")
+        # a max that starts at 0 (the accumulator reset): max_pool of a non-negative input; or a sum
+        reducer = te.comm_reducer(lambda a, b: te.max(a, b), lambda t: tirx.const(0, t), name="relu_max") \
+            if wkl.mode == "max" else te.sum
+        oshape = (data.shape[0], data.shape[1], wkl.out_height, wkl.out_width, bb, bo)
+
+        def reduced(name):
+            return te.compute(oshape, lambda n, c, i, j, b, k: reducer(window[n, c, i * hs + dy, j * ws + dx, b, k],
+                                                                       axis=[dy, dx]), name=name)
+        pool = reduced("pool")
+        if wkl.mode == "avg":
+            pool = _scale(wkl, pool, reduced("pool_low") if wkl.split else None)
+        res = te.compute(oshape, lambda *i: pool(*i).astype(env.out_dtype), name="res")
         return with_workload(te.create_prim_func([data, res]), self, wkl)
 
     # ---------------------------------------------------------------------------------------- tiling space
@@ -159,7 +203,7 @@ class Pool2D(Operator):
         rows, cols, out = self._tile(wkl, t)
         alu_uops = F.kernel_uops([wkl.hkernel, wkl.wkernel, t.tile_c, t.tile_h, wkl.out_width])
         reset_uops = F.kernel_uops([t.tile_c, t.tile_h, wkl.out_width])
-        return BufferNeeds(0, 0, t.tile_c * (rows * cols + out), max(alu_uops, reset_uops))
+        return BufferNeeds(0, 0, t.tile_c * (rows * cols + wkl.sums * out), max(alu_uops, reset_uops))
 
     def estimate(self, wkl, t, env):
         """Cycles of the modules' work, in sequence per tile (the ACC_8BIT load, the reset, the MAXes at two
@@ -168,8 +212,11 @@ class Pool2D(Operator):
         tiles = (wkl.batch // env.BATCH) * (wkl.channels // env.BLOCK_OUT // t.tile_c) * \
             (wkl.out_height // t.tile_h)
         load = t.tile_c * (F.LOAD_INSN_CYCLES + rows * cols * env.OUT_ELEM_BYTES / env.AXI_DATA_BYTES)
-        reset = F.GEMM_INSN_CYCLES + t.tile_c * out
-        alu = F.ALU_INSN_CYCLES + 2 * wkl.hkernel * wkl.wkernel * t.tile_c * out
+        reset = wkl.sums * (F.GEMM_INSN_CYCLES + t.tile_c * out)
+        alu = wkl.sums * (F.ALU_INSN_CYCLES + 2 * wkl.hkernel * wkl.wkernel * t.tile_c * out)
+        if wkl.mode == "avg":       # the scale: MUL (and SHL, ADD), >>, +, >>, MAX, MIN (immediates but the ADD)
+            insns = _scale_insns(wkl)
+            alu += insns * F.ALU_INSN_CYCLES + (insns + 1) * t.tile_c * out
         store = t.tile_c * F.STORE_INSN_CYCLES + t.tile_c * out * env.OUT_ELEM_BYTES / env.AXI_DATA_BYTES
         return tiles * (load + reset + alu + store)
 
@@ -187,21 +234,27 @@ class Pool2D(Operator):
         sch = s_tir.Schedule(func)
         if wkl.hpad or wkl.wpad:
             sch.compute_inline(sch.get_sblock("data_pad"))     # the load module pads
-        window, pool, res = (sch.get_sblock(n) for n in ("window", "pool", "res"))
-        sch.set_scope(window, 0, env.acc_scope)
-        sch.set_scope(pool, 0, env.acc_scope)
+        res = sch.get_sblock("res")
+        window = sch.get_sblock("window")
+        reductions = [sch.get_sblock("pool")] + ([sch.get_sblock("pool_low")] if wkl.split else [])
+        stages = [sch.get_sblock(n) for n in _stage_names(wkl)]         # the scale's element-wise stages
+        for blk in [window] + reductions + stages:
+            sch.set_scope(blk, 0, env.acc_scope)
         n, c, h, w, b, k = sch.get_loops(res)
         c_o, c_i = sch.split(c, [wkl.channels // env.BLOCK_OUT // t.tile_c, t.tile_c])
         h_o, h_i = sch.split(h, [wkl.out_height // t.tile_h, t.tile_h])
         sch.reorder(n, c_o, h_o, c_i, h_i, w, b, k)
-        sch.compute_at(pool, h_o, preserve_unit_loops=True)
-        sch.compute_at(window, h_o, preserve_unit_loops=True)
-        # the pool's loops below the tile: n c h w b k dy dx -> dy dx first (one ALU MAX per window position)
-        pn, pc, ph, pw, pb, pk, pdy, pdx = sch.get_loops(pool)[3:]
-        sch.reorder(pdy, pdx, pn, pc, ph, pw, pb, pk)
-        init = sch.decompose_reduction(pool, pdy)
-        sch.tensorize(sch.get_loops(init)[-1 if env.BATCH == 1 else -2], gemm_reset)
-        pragma(sch, sch.get_loops(pool)[3], alu)
+        for blk in list(reversed(stages)) + reductions + [window]:     # consumers first
+            sch.compute_at(blk, h_o, preserve_unit_loops=True)
+        for blk in reductions:
+            # the loops below the tile: n c h w b k dy dx -> dy dx first (one ALU instruction per window position)
+            pn, pc, ph, pw, pb, pk, pdy, pdx = sch.get_loops(blk)[3:]
+            sch.reorder(pdy, pdx, pn, pc, ph, pw, pb, pk)
+            init = sch.decompose_reduction(blk, pdy)
+            sch.tensorize(sch.get_loops(init)[-1 if env.BATCH == 1 else -2], gemm_reset)
+            pragma(sch, sch.get_loops(blk)[3], alu)
+        for blk in stages:
+            pragma(sch, sch.get_loops(blk)[3], alu)
         pragma(sch, sch.get_loops(window)[-4], dma_copy)        # per channel block: rows x columns, padded
         pragma(sch, sch.get_loops(res)[-4], dma_copy)
         return sch
@@ -217,11 +270,13 @@ class Pool2D(Operator):
         raise VTACompileError("pool2d has no per-channel constants")
 
     def data(self, wkl, env, acc_operands, seed=0):
-        x = np.random.default_rng(seed).integers(0, 128, (wkl.batch, wkl.channels, wkl.height, wkl.width),
+        lo = 0 if wkl.mode == "max" else -128
+        x = np.random.default_rng(seed).integers(lo, 128, (wkl.batch, wkl.channels, wkl.height, wkl.width),
                                                  dtype=np.int8)
         out = (wkl.batch // env.BATCH, wkl.channels // env.BLOCK_OUT, wkl.out_height, wkl.out_width, env.BATCH,
                env.BLOCK_OUT)
-        return LayerData([P.pack_nchw(x, env.BATCH, env.BLOCK_OUT)], out, max_pool_reference(x, wkl), None, 0)
+        ref = max_pool_reference(x, wkl) if wkl.mode == "max" else avg_pool_reference(x, wkl)
+        return LayerData([P.pack_nchw(x, env.BATCH, env.BLOCK_OUT)], out, ref, None, 0)
 
     def unpack(self, out):
         return P.unpack_nchw(out)
@@ -235,6 +290,82 @@ class Pool2D(Operator):
 
     def tiling(self, wkl, env=None, acc_operands=1, tuned=True):
         return super().tiling(wkl, env, acc_operands, tuned=False)     # no records: the model's choice
+
+
+#: the ALU's immediates are 16-bit signed; a rounding shift by more than this runs in two steps
+_ROUND_BITS = 15
+
+
+def avg_refusal(wkl: Pool2DWorkload, env: Environment) -> str | None:
+    """Why VTA cannot run an average pool's sum and fixed-point scale exactly, or None."""
+    if not env.config.isa.has("alu_mul"):
+        return ("average pooling's fixed-point scale is an ALU MUL, which needs ISA extension alu_mul (config key "
+                "ISA_EXTENSIONS)")
+    count = wkl.hkernel * wkl.wkernel
+    if count * 128 > 1 << 15:
+        return (f"the sum of a {wkl.hkernel}x{wkl.wkernel} window may exceed int16, the operand of the ALU's MUL "
+                "(at most 256 values)")
+    if not 0 < wkl.multiplier < 1 << 30 or not 0 <= wkl.shift <= 30:
+        return f"multiplier {wkl.multiplier} and shift {wkl.shift} must be in 1..2**30-1 and 0..30"
+    if count * 128 * wkl.multiplier + (1 << wkl.shift >> 1) >= 1 << 31:
+        return (f"the scaled sum ({count} values times {wkl.multiplier}) may leave int32, where the host's product "
+                "wraps")
+    return None
+
+
+def _shifts(wkl: Pool2DWorkload) -> tuple[int, int]:
+    """(first, rounding) shifts: ``>> first``, ``+ 2**(rounding-1)``, ``>> rounding``."""
+    r = min(wkl.shift, _ROUND_BITS)
+    return wkl.shift - r, r
+
+
+def _stage_names(wkl: Pool2DWorkload) -> list[str]:
+    if wkl.mode != "avg":
+        return []
+    return (["low"] if wkl.split else []) + ["scaled"]
+
+
+def _scale_insns(wkl: Pool2DWorkload) -> int:
+    first, r = _shifts(wkl)
+    return (4 if wkl.split else 1 + (wkl.twos > 0)) + (first > 0) + 2 * (r > 0) + 2
+
+
+def _scale(wkl: Pool2DWorkload, total: te.Tensor, copy: te.Tensor | None) -> te.Tensor:
+    """The average's scale in ALU stages: ``clip(round(total * multiplier >> shift))`` (see the module)."""
+    first, r = _shifts(wkl)
+    if copy is not None:
+        low = te.compute(copy.shape, lambda *i: copy(*i) * (wkl.multiplier & 0x7FFF), name="low")
+
+        def product(i):
+            return ((total(*i) * (wkl.multiplier >> 15)) << 15) + low(*i)
+    else:
+        def product(i):
+            v = total(*i) * (wkl.multiplier >> wkl.twos)
+            return v << wkl.twos if wkl.twos else v
+
+    def scaled(*i):
+        v = product(i)
+        if first:
+            v = v >> first
+        if r:
+            v = (v + (1 << (r - 1))) >> r
+        return te.min(te.max(v, -128), 127)
+    return te.compute(total.shape, scaled, name="scaled")
+
+
+def avg_pool_reference(x: np.ndarray, wkl: Pool2DWorkload) -> np.ndarray:
+    """numpy average pooling of NCHW int8 ``x`` with the quantizer's integer scale (zero padding counted),
+    int32 arithmetic as on the host."""
+    xp = np.pad(x.astype(np.int64), [(0, 0), (0, 0), (wkl.hpad, wkl.hpad), (wkl.wpad, wkl.wpad)])
+    s = np.zeros(x.shape[:2] + (wkl.out_height, wkl.out_width), np.int64)
+    for i in range(wkl.out_height):
+        for j in range(wkl.out_width):
+            s[:, :, i, j] = xp[:, :, i * wkl.hstride:i * wkl.hstride + wkl.hkernel,
+                               j * wkl.wstride:j * wkl.wstride + wkl.wkernel].sum(axis=(2, 3))
+    v = s * wkl.multiplier
+    if wkl.shift:
+        v = (v + (1 << (wkl.shift - 1))) >> wkl.shift
+    return np.clip(v, -128, 127).astype(np.int8)
 
 
 def max_pool_reference(x: np.ndarray, wkl: Pool2DWorkload) -> np.ndarray:
