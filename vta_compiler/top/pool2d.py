@@ -32,7 +32,7 @@ import numpy as np
 from tvm import s_tir, te, tirx, topi
 
 from ..environment import Environment, get_env
-from ..tiling import BufferNeeds, Knob, LayerData, Operator, register, with_workload
+from ..tiling import BufferNeeds, Knob, LayerData, Offload, Operator, register, with_workload
 from ..transform.common import VTACompileError
 from . import conv_family as F
 from . import packing as P
@@ -97,6 +97,11 @@ class Pool2DTiling:
     tile_h: int = 1         # output rows per tile
 
 
+#: graph_pack(pool=...): "auto" (where the board's host estimate is slower), "vta" (every pool VTA can run, else a
+#: GraphError) or "cpu"
+POOL_PLACES = ("auto", "vta", "cpu")
+
+
 def pool_refusal(env: Environment) -> str | None:
     """Why VTA cannot pool on this configuration (the input tile is an ACC_8BIT load), or None."""
     if env.config.isa.has("acc_8bit"):
@@ -112,7 +117,8 @@ class Pool2D(Operator):
     kind = "pool2d"
     workload_type = Pool2DWorkload
     tiling_type = Pool2DTiling
-    relax_ops = ()                  # no MACs: graph_pack places pools by its own matching
+    relax_ops = ()                  # no MACs: graph_pack finds pools with host_chain
+    options = {"pool": POOL_PLACES}
 
     def describe(self, w) -> str:
         return (f"{self.label(w)} {w.height}x{w.width}x{w.channels} {w.hkernel}x{w.wkernel} s{w.hstride}"
@@ -283,13 +289,117 @@ class Pool2D(Operator):
 
     # ---------------------------------------------------------------------------------------- graphs
     def pattern(self):
-        return None         # graph_pack does not place pools yet
+        return None         # not a GEMM followed by VTA's epilogue: graph_pack asks host_chain
 
     def from_relax(self, attrs, x_shape, weight, out_shape, env, options):
         return None
 
+    def placement_refusal(self, off, env, acc_operands):
+        return self.refusal(off.workload, env)
+
+    def host_chain(self, node, users, env, options):
+        if pool_refusal(env) and options.get("pool", "auto") != "vta":
+            return None         # without acc_8bit the placement (and its notes) is as before pools ran on VTA
+        if node.op == "relax.nn.max_pool2d":
+            return _max_pool_chain(self, node, env)
+        if node.op == "relax.sum":
+            return _global_pool_chain(self, node, users, env)
+        return None
+
+    def host_work(self, wkl):
+        """Max pooling: one max per window value of each output, reading its share of the input; the average:
+        one widening add per input value, then (per output, negligible) the scale."""
+        outputs = wkl.batch * wkl.channels * wkl.out_height * wkl.out_width
+        inputs = wkl.batch * wkl.channels * wkl.height * wkl.width
+        if wkl.mode == "max":
+            return outputs, wkl.hkernel * wkl.wkernel, inputs / outputs + 1
+        return inputs, 2, 1.0
+
     def tiling(self, wkl, env=None, acc_operands=1, tuned=True):
         return super().tiling(wkl, env, acc_operands, tuned=False)     # no records: the model's choice
+
+
+def _int_attr(v) -> tuple[int, ...]:
+    return tuple(int(x) for x in v)
+
+
+def _nonnegative(x) -> bool:
+    """Whether graph node ``x`` is an int8 value known to be >= 0: a cast of a clip with a lower bound >= 0 (the
+    quantizer's ReLU, in a VTA layer's epilogue or on the host), or a ReLU."""
+    if x.op == "relax.nn.relu":
+        return True
+    if x.op == "relax.astype" and x.args and getattr(x.args[0], "op", "") == "relax.clip":
+        lo = x.args[0].args[1]
+        return hasattr(lo, "value") and int(np.asarray(lo.value).reshape(-1)[0]) >= 0
+    return False
+
+
+def _max_pool_chain(op, n, env):
+    x = n.args[0]
+    a = n.call.attrs
+    if n.dtype != "int8" or len(n.shape) != 4:
+        return None
+    if str(a.layout) != "NCHW" or bool(a.ceil_mode) or _int_attr(a.dilation) != (1, 1):
+        return f"max_pool2d with layout {a.layout}, ceil_mode {bool(a.ceil_mode)}, dilation {_int_attr(a.dilation)}"
+    top, left, bottom, right = (_int_attr(a.padding) * 2)[:4] if len(a.padding) == 2 else _int_attr(a.padding)
+    if top != bottom or left != right:
+        return f"asymmetric padding {_int_attr(a.padding)} (VTA's pool pads both sides alike)"
+    (kh, kw), (sh, sw) = _int_attr(a.pool_size), _int_attr(a.strides)
+    nb, c, h, w = x.shape
+    wkl = Pool2DWorkload(nb, h, w, F.ceil_to(c, env.BLOCK_OUT), kh, kw, top, left, sh, sw, _nonnegative(x))
+    if (wkl.out_height, wkl.out_width) != tuple(n.shape[2:]):
+        return f"max_pool2d output {tuple(n.shape)} is not the window's {wkl.out_height}x{wkl.out_width}"
+    return Offload(op, wkl, None), [n], x, n
+
+
+def _global_pool_chain(op, n, users, env):
+    """The quantizer's global average pool: ``astype int32`` of int8 ``x``, ``sum`` over H and W, ``* mult``,
+    ``[+ 2**(k-1) >> k]``, ``clip(-128, 127)``, ``astype int8``; each node with one user."""
+    def only_user(v):
+        u = users[id(v)]
+        return u[0] if len(u) == 1 else None
+
+    def scalar(v):
+        c = v.args[1] if len(v.args) > 1 else None
+        if c is None or not hasattr(c, "value") or np.asarray(c.value).size != 1:
+            return None
+        return int(np.asarray(c.value).reshape(-1)[0])
+    cast = n.args[0]
+    if getattr(cast, "op", "") != "relax.astype" or cast.dtype != "int32" or only_user(cast) is not n:
+        return None
+    x = cast.args[0]
+    if getattr(x, "dtype", "") != "int8" or len(x.shape) != 4 or n.call.attrs.axis is None or \
+            sorted(int(v) % 4 for v in n.call.attrs.axis) != [2, 3]:
+        return None
+    nodes = [cast, n]
+    mul = only_user(n)
+    if mul is None or mul.op != "relax.multiply" or scalar(mul) is None:
+        return None
+    nodes.append(mul)
+    cur, shift = only_user(mul), 0
+    if cur is not None and cur.op == "relax.add":
+        shr = only_user(cur)
+        if shr is None or shr.op != "relax.right_shift" or scalar(shr) is None or scalar(cur) is None:
+            return None
+        shift = scalar(shr)
+        if shift < 1 or scalar(cur) != 1 << (shift - 1):
+            return "the global pool's sum is not rounded by 2**(k-1) before >> k"
+        nodes += [cur, shr]
+        cur = only_user(shr)
+    if cur is None or cur.op != "relax.clip":
+        return None
+    lo, hi = (int(np.asarray(v.value).reshape(-1)[0]) for v in cur.args[1:3])
+    out = only_user(cur)
+    if out is None or out.op != "relax.astype" or out.dtype != "int8":
+        return None
+    if (lo, hi) != (-128, 127):
+        return f"the global pool's result is clipped to {(lo, hi)}; VTA's average pool clips to int8"
+    nodes += [cur, out]
+    nb, c, h, w = x.shape
+    wkl = Pool2DWorkload(nb, h, w, F.ceil_to(c, env.BLOCK_OUT), h, w, 0, 0, 1, 1, mode="avg",
+                         multiplier=scalar(mul), shift=shift)
+    off = Offload(op, wkl, None, output_shape=(nb, c, 1, 1), note="global average pool")
+    return off, nodes, x, out
 
 
 #: the ALU's immediates are 16-bit signed; a rounding shift by more than this runs in two steps
