@@ -199,7 +199,6 @@ def residual_cost(plain: VtaLayer, fused: VtaLayer, env: Environment) -> tuple[f
     return host_us, vta_us, text
 
 
-
 def host_chain_cost(layer: VtaLayer, env: Environment) -> tuple[float, float, str]:
     """(host µs, VTA µs, the comparison as a sentence) of a chain of host ops an operator takes over (pooling):
     the board host's estimate of the operator's ``host_work`` against the cost model's cycles of the kernel at the

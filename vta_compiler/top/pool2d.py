@@ -158,8 +158,8 @@ class Pool2D(Operator):
 
     # ---------------------------------------------------------------------------------------- compute
     def compute(self, wkl, env=None, *, shift=0, bias=False, clip=None, channel_shift=False):
-        """``res = int8(max(0, max_pool(data)))`` over packed tensors (a pool has no bias, shift or clip: the
-        flow's epilogue arguments are ignored). Parameters: data, res."""
+        """``res = int8(max(0, max_pool(data)))`` or the scaled average over packed tensors (a pool has no bias,
+        shift tensor or clip: the flow's epilogue arguments are ignored). Parameters: data, res."""
         env = env or get_env()
         reason = self.shape_refusal(wkl, env)
         if reason:
