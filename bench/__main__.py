@@ -13,6 +13,7 @@ from . import (
     fsim_bench,
     network_bench,
     operators_bench,
+    pool_bench,
     residual_bench,
     tsim_bench,
     tune_bench,
@@ -23,7 +24,7 @@ from .common import write_results
 SECTIONS = {"fsim": fsim_bench.run, "tsim": tsim_bench.run, "compiler": compiler_bench.run,
             "operators": operators_bench.run, "network": network_bench.run, "depthwise": depthwise_bench.run,
             "tune": tune_bench.run, "zoo": zoo_bench.run, "costmodel": costmodel_bench.run,
-            "residual": residual_bench.run}
+            "residual": residual_bench.run, "pool": pool_bench.run}
 
 
 def main(argv: list[str] | None = None) -> int:

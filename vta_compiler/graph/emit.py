@@ -134,8 +134,9 @@ class Packer:
         key = KernelKey(wkl, layer.bias is not None, None if channel_shift else layer.shift, channel_shift,
                         layer.clip, layer.residual)
         gv, tiling = self.kernels.get(key)
-        args = [self.layer_input(layer), self.devconst(op.pack_weights(layer.offload.weight, wkl, env),
-                                                       f"{layer.name}_w")]
+        args = [self.layer_input(layer)]
+        if layer.offload.weight is not None:         # a pool has none
+            args.append(self.devconst(op.pack_weights(layer.offload.weight, wkl, env), f"{layer.name}_w"))
         if layer.bias is not None:
             args.append(self.devconst(op.pack_channels(layer.bias, wkl, env), f"{layer.name}_b"))
         if channel_shift:

@@ -198,3 +198,17 @@ def residual_cost(plain: VtaLayer, fused: VtaLayer, env: Environment) -> tuple[f
             f"at {cfg.fpga_freq} MHz")
     return host_us, vta_us, text
 
+
+def host_chain_cost(layer: VtaLayer, env: Environment) -> tuple[float, float, str]:
+    """(host µs, VTA µs, the comparison as a sentence) of a chain of host ops an operator takes over (pooling):
+    the board host's estimate of the operator's ``host_work`` against the cost model's cycles of the kernel at the
+    configuration's clock."""
+    from .host_cost import host_of
+    cfg = env.config
+    t = layer.op.tiling(layer.workload, env, 1, tuned=False)
+    vta_us = layer.op.estimate(layer.workload, t, env) / cfg.fpga_freq
+    host = host_of(cfg)
+    host_us = host.elementwise_us(*layer.op.host_work(layer.workload))
+    text = (f"on the {host.name} about {host_us:.0f} µs (estimate), on VTA about {vta_us:.0f} µs at "
+            f"{cfg.fpga_freq} MHz")
+    return host_us, vta_us, text

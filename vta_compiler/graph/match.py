@@ -18,7 +18,7 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 from ..environment import Environment
 from ..tiling import registry
 from .ir import Const, Graph, GraphError, Node
-from .legalize import VtaLayer, chain, fuse_residual, legalize, residual_cost
+from .legalize import VtaLayer, chain, fuse_residual, host_chain_cost, legalize, residual_cost
 
 
 def with_epilogue(core):
@@ -80,6 +80,7 @@ def match_layers(func: relax.Function, g: Graph, env: Environment,
                                  + " by ".join(str(tuple(a.shape)) for a in core.tensor_args))
     layers.reverse()
     layers = fuse_residuals(layers, env, options, users, reasons)
+    layers += host_chains(g, env, options, users, taken, reasons)
     gemm_ops = offloadable_ops()
     for n in g.nodes:
         if n.op in gemm_ops and id(n) not in taken and id(n) not in reasons:
@@ -92,6 +93,47 @@ def match_layers(func: relax.Function, g: Graph, env: Environment,
             else:
                 reasons[id(n)] = "a float layer (kept in float or not quantized)"
     return layers, reasons
+
+
+def host_chains(g: Graph, env: Environment, options: dict, users: dict, taken: set,
+                reasons: dict[int, str]) -> list[VtaLayer]:
+    """The chains of int8 host ops (pooling) an operator takes over (``Operator.host_chain``), placed by option
+    ``pool``: "auto" where the cost model's time at the configuration's clock beats the board host's estimate,
+    "vta" every one VTA can run (else a GraphError), "cpu" none. A chain left on the CPU gets the reason as the
+    placement note of its nodes."""
+    where = options.get("pool", "auto")
+    out = []
+    for n in g.nodes:
+        if id(n) in taken or n.call is None:
+            continue
+        for op in registry.operators():
+            got = op.host_chain(n, users, env, options)
+            if got is None:
+                continue
+            nodes = [n]
+            if not isinstance(got, str):
+                off, nodes, x, last = got
+                if any(id(p) in taken for p in nodes):
+                    break
+                layer = VtaLayer(last.name, last, nodes[::-1], x, off, None, None, None)
+                got = "graph_pack(pool='cpu') keeps pools on the CPU" if where == "cpu" else \
+                    (op.placement_refusal(off, env, 1) if x.shape[0] % env.BATCH == 0 else None)
+                if got is None:
+                    host_us, vta_us, cost = host_chain_cost(layer, env)
+                    if where == "auto" and vta_us >= host_us:
+                        got = f"the host is faster: {cost} (graph_pack(pool='vta') runs it on VTA anyway)"
+                    else:
+                        off.note = f"{off.note}; {cost}" if off.note else cost
+                        out.append(layer)
+                        taken.update(id(p) for p in nodes)
+                        break
+            if where == "vta":
+                raise GraphError(f"graph_pack(pool='vta'): {n.op.removeprefix('relax.')} {n.name} cannot run on "
+                                 f"VTA: {got}")
+            for p in nodes:
+                reasons.setdefault(id(p), got)
+            break
+    return out
 
 
 def residual_chain(start: Node, users: dict) -> dict[str, Node] | None:

@@ -43,7 +43,10 @@ def graph_pack(qmod: tvm.IRModule, env: Environment | None = None, **options) ->
     ``vta_compiler.top.group_conv2d.DEPTHWISE_NOTE``); ``residual="auto"`` (the default: with the ISA extension
     ``acc_8bit``, the quantizer's residual add after a conv2d is fused into that layer's epilogue where VTA can run
     it), ``"vta"`` (fuse every one, or a GraphError naming the add and why not) or ``"cpu"`` (keep them on the
-    host). Returns a Relax module whose ``main`` calls VTA kernels
+    host); ``pool="auto"`` (the default: with ``acc_8bit``, the quantizer's int8 max pool of a non-negative input
+    and, with ``alu_mul`` too, its global average pool run on VTA where the cost model at the configuration's
+    clock beats the board host's estimate; both figures in the note), ``"vta"`` (every one, or a GraphError) or
+    ``"cpu"``. Returns a Relax module whose ``main`` calls VTA kernels
     (one per distinct workload) and host operators, with the VDevices ``[cpu, ext_dev]`` declared;
     ``graph.placement(pmod)`` reports where each op runs and why, ``graph.build`` compiles it.
     """

@@ -261,6 +261,18 @@ class Operator:
         matches)."""
         raise NotImplementedError
 
+    def host_chain(self, node, users: dict, env: Environment, options: dict) -> Any:
+        """For an operator that takes over int8 ops the quantizer leaves on the host (no GEMM pattern; pooling):
+        the chain starting at graph node ``node`` (``users``: node id -> its users) as ``(Offload, nodes, input,
+        output)`` (the chain's nodes, its int8 input node and its last node), why VTA cannot run it (a str), or
+        None when it is not this operator's."""
+        return None
+
+    def host_work(self, wkl) -> tuple[int, int, float]:
+        """What the host does for a workload taken by :meth:`host_chain`: (elements, operations per element,
+        bytes per element), for ``graph.host_cost``'s estimate."""
+        raise NotImplementedError
+
     def residual_workload(self, wkl, env: Environment) -> Any:
         """The workload of this layer with a residual add fused into its epilogue (an int8 shortcut of the
         output's shape, see ``vta_compiler.top.common.Residual``), or why it cannot take one (a str)."""

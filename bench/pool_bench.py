@@ -1,0 +1,82 @@
+"""Pooling on VTA (ISA extensions acc_8bit and alu_mul): ResNet-18 (224x224, batch 1; 64x64 with ``--quick``) on
+fsim with the default config ``+ext``, its residual adds fused (``residual="vta"``), packed twice from the same
+quantized module: ``pool="cpu"`` (the stem's max pool and the global average pool on the host, as on a config
+without the extensions) and ``pool="vta"``. Side by side in one run: the host operators (number of ops in the
+placement, host time per inference from ``graph.profile``'s host operators, the least disturbed of several
+inferences), the runtime's host work inside the VTA kernel calls, that both equal the CPU int8 run, and the cost
+model's and the board host's estimates of each pool (the placement note). With ``--tsim``, the VTA part's cycles
+of both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def run(quick: bool = False, tsim: bool = False) -> dict:
+    import tvm
+    from tvm import relax
+
+    import vta_compiler as vta
+    import vta_runtime
+    from sim.fsim import FsimDevice
+    from vta_compiler import graph
+    from vta_compiler.graph.models import imagenet_like, resnet_onnx
+
+    image = 64 if quick else 224
+    repeat = 3 if quick else 5
+    mod, params = graph.from_onnx(resnet_onnx(18, image=image))
+    qmod = graph.quantize(mod, params, calibration=[imagenet_like(1, image, seed=s) for s in (11, 12)])
+    x = imagenet_like(1, image, seed=13)
+    want = relax.VirtualMachine(tvm.compile(qmod, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    cfg = vta.get_env().config.replace(ISA_EXTENSIONS=("alu_mul", "acc_8bit"))
+    out: dict = {"network": f"ResNet-18, {image}x{image}, batch 1", "config": vta.Environment(cfg).MODEL}
+    with vta.Environment(cfg) as env:
+        built = {}
+        for where in ("cpu", "vta"):
+            pmod = graph.graph_pack(qmod, env, residual="vta", pool=where)
+            built[where] = (graph.placement(pmod), graph.build(pmod))
+        for where, (pl, ex) in built.items():
+            vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice(cfg)))
+            try:
+                got = relax.VirtualMachine(ex, [tvm.cpu(), tvm.ext_dev(0)])["main"](tvm.runtime.tensor(x)).numpy()
+            finally:
+                vta_runtime.set_command_queue(None)
+            prof = graph.profile(ex, x, "fsim", env=env, placement=pl, warmup=1, repeat=repeat)
+            out[where] = {
+                "exact": bool(np.array_equal(got, want)),
+                "host_ops": len([r for r in pl.rows if r["device"] == "CPU"]),
+                "vta_pools": [f"{r['op']}: {r['note']}" for r in pl.vta_rows if "pool" in r["op"]],
+                "host_s": prof.host_seconds(),
+                "host_op_calls": sum(h.calls for h in prof.host_ops),
+                "runtime_s": sum(ly.host_seconds for ly in prof.layers),
+                "slowest_host_ops": [(h.name, h.seconds) for h in sorted(prof.host_ops, key=lambda h: -h.seconds)[:4]],
+            }
+            if tsim:
+                from sim.tsim import verilator_available
+
+                from .network_bench import vta_part_on_tsim
+                if verilator_available():
+                    t = vta_part_on_tsim(ex, x, cfg)
+                    out[where].update(tsim_exact=bool(np.array_equal(t["output"], want)),
+                                      tsim_vta_cycles=int(sum(t["cycles"])))
+    cpu, on_vta = out["cpu"], out["vta"]
+    out["host_s_ratio"] = on_vta["host_s"] / cpu["host_s"] if cpu["host_s"] else 0.0
+    print(f"{out['network']} on fsim, {out['config']}, residual adds fused:")
+    for where, label in (("cpu", "pools on the host"), ("vta", "pools on VTA")):
+        r = out[where]
+        print(f"  {label:18s} {r['host_ops']:3d} host ops in the placement ({r['host_op_calls']} host calls), "
+              f"host operators {1e3 * r['host_s']:7.2f} ms per inference, the runtime's host work in the VTA calls "
+              f"{1e3 * r['runtime_s']:6.1f} ms; exact against the CPU: {r['exact']}")
+    for where in ("cpu", "vta"):
+        print(f"    slowest host ops, pools on {where}: " + ", ".join(f"{n} {1e6 * t:.0f} µs"
+                                                                for n, t in out[where]["slowest_host_ops"]))
+    for note in on_vta["vta_pools"]:
+        print(f"    {note}")
+    print(f"  host time pools on VTA / on the host: {out['host_s_ratio']:.2f}")
+    if "tsim_vta_cycles" in cpu and "tsim_vta_cycles" in on_vta:
+        c0, c1 = cpu["tsim_vta_cycles"], on_vta["tsim_vta_cycles"]
+        out["tsim_cycles_ratio"] = c1 / c0
+        print(f"  tsim VTA part: {c0:,} cycles with the pools on the host, {c1:,} on VTA ({c1 / c0:.3f}x; "
+              f"{(c1 - c0) / 100e3:+.2f} ms at 100 MHz); exact: {cpu['tsim_exact']}, {on_vta['tsim_exact']}")
+    return out
