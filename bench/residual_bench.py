@@ -1,7 +1,7 @@
 """Residual adds fused into the convolutions (ISA extension acc_8bit): ResNet-18 (224x224, batch 1; 64x64 with
 ``--quick``) on fsim with the default config ``+ext`` (every ISA extension), packed twice from the same quantized
 module: ``graph_pack(residual="cpu")`` (the eight residual adds on the host, as on a config without the
-extension) and ``residual="auto"`` (fused into the convolution before each). Side by side in one run: the host
+extension) and ``residual="vta"`` (fused into the convolution before each). Side by side in one run: the host
 operators (number of ops in the placement, host time per inference from ``graph.profile``'s host operators, the
 least disturbed of several inferences), the runtime's host work inside the VTA kernel calls (instruction streams,
 device runs excluded), and that both equal the CPU int8 run. With ``--tsim``, the VTA part's cycles of both
@@ -59,10 +59,10 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
                     t = vta_part_on_tsim(ex, x, cfg)
                     out[where].update(tsim_exact=bool(np.array_equal(t["output"], want)),
                                       tsim_vta_cycles=int(sum(t["cycles"])))
-    cpu, fused = out["cpu"], out["auto"]
+    cpu, fused = out["cpu"], out["vta"]
     out["host_s_ratio"] = fused["host_s"] / cpu["host_s"] if cpu["host_s"] else 0.0
     print(f"{out['network']} on fsim, {out['config']}:")
-    for where, label in (("cpu", "residual adds on the host"), ("auto", "residual adds fused on VTA")):
+    for where, label in (("cpu", "residual adds on the host"), ("vta", "residual adds fused on VTA")):
         r = out[where]
         print(f"  {label:26s} {r['host_ops']:3d} host ops in the placement ({r['host_op_calls']} host calls), "
               f"host operators {1e3 * r['host_s']:7.1f} ms per inference, the runtime's host work in the VTA calls "
