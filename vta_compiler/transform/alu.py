@@ -11,11 +11,12 @@ are fine). Each op becomes one ALU instruction (``ACC[dst] = op(ACC[dst], o)``):
 ``max``, ``min``       MAX, MIN
 ``a >> k``             SHR k (``k`` immediate or a tensor)
 ``a << k``             SHR -k (immediate)
+``a * b``              MUL (only with the ISA extension ``alu_mul``; it multiplies the low 16 bits of both)
 ``a`` (a plain copy)   SHR 0: the copy idiom that refreshes OUT
 ====================  ==========================================
 
-VTA has no subtract of a tensor, and multiply is refused project-wide (README, Semantics); such
-expressions are refused with a message. ALU instructions work in place, so when the destination
+VTA has no subtract of a tensor, and multiply needs the opt-in ISA extension ``alu_mul`` (Semantics); such
+expressions are refused with a message otherwise. ALU instructions work in place, so when the destination
 buffer differs from the base buffer, the two share storage (PlanMemory aliases them); the base
 must not be used afterwards.
 """
@@ -155,15 +156,15 @@ def analyze_alu(attr, env: Environment) -> AluNest:
             raise VTACompileError(f"{what}: {type(e).__name__} ({e}) has no VTA ALU operation (supported: +, "
                                   "- immediate, max, min, >>, << immediate, copy)")
         kind, a, c = b
-        if kind == "mul":
-            raise VTACompileError(f"{what}: a*b would need the ALU MUL operation, which VTA does not support "
-                                  "(see README, Semantics)")
+        if kind == "mul" and not env.config.isa.has("alu_mul"):
+            raise VTACompileError(f"{what}: a*b needs the ALU MUL operation, which VTA does not support on this "
+                                  f"configuration: {env.config.isa.refusal(alu_op=AluOp.MUL)} (see Semantics)")
         in_a, in_c = contains_base(a), contains_base(c)
         if not (in_a or in_c):
             raise VTACompileError(
                 f"{what}: ALU ops work in place, so one operand must be {dst.name}'s own index pattern "
                 f"({dst_idx}); neither side of {kind} is: {e}")
-        commutative = kind in ("add", "max", "min")
+        commutative = kind in ("add", "max", "min", "mul")
         if in_a:
             chain, other = a, c
         elif commutative:
@@ -184,6 +185,8 @@ def analyze_alu(attr, env: Environment) -> AluNest:
             ops.append((AluOp.MAX, other))
         elif kind == "min":
             ops.append((AluOp.MIN, other))
+        elif kind == "mul":
+            ops.append((AluOp.MUL, other))
         elif kind == "shr":
             if not tensor:
                 _check_shift(other, what, ">>")
