@@ -127,6 +127,7 @@ class Conv2D(Operator):
     """2-D convolution with one group (``relax.nn.conv2d``, ``groups=1``)."""
 
     kind = "conv2d"
+    takes_requant = True
     workload_type = Conv2DWorkload
     tiling_type = Conv2DTiling
     relax_ops = ("relax.nn.conv2d",)

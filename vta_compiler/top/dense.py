@@ -63,6 +63,7 @@ class Dense(Operator):
     """Matrix multiply by a constant weight (``relax.matmul`` of 2-D data)."""
 
     kind = "dense"
+    takes_requant = True
     workload_type = DenseWorkload
     tiling_type = DenseTiling
     relax_ops = ("relax.matmul",)
