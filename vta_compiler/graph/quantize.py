@@ -147,6 +147,15 @@ def power_of_two_needed(g: Graph) -> set[int]:
     return need
 
 
+def any_scale_nodes(g: Graph, skip_layers: Sequence, depthwise_channels: bool) -> set[int]:
+    """The nodes whose output may have any scale with ``requant="multiply"``: those the integer host operators
+    do not compute (layers, inputs, float operators), unless a shift-rescaling host operator reads them or they
+    take one scale per channel (``channel_scaled``)."""
+    skip = _skipped(g, skip_layers)
+    keep = power_of_two_needed(g) | (set(channel_scaled(g, skip)) if depthwise_channels else set())
+    return {id(n) for n in g.nodes if id(n) not in keep and (n.op in LAYERS or not _int_capable(n))}
+
+
 def _skipped(g: Graph, skip_layers: Sequence) -> set[int]:
     layers = layer_index(g)
     names = {n.name: n for n in layers}
@@ -547,7 +556,8 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
         return tvm.IRModule({"main": out["main"].with_attr("vta.float_layers", keep)})
     try:
         g = prepare(mod, params)
-        fixed = qdq.exponents(g, qdq_scales)
+        fixed = qdq.exponents(g, qdq_scales, any_scale_nodes(g, skip_layers, depthwise_channels)
+                              if requant == "multiply" else frozenset())
     except qdq.QdqError as exc:
         raise QuantizationError(str(exc)) from None
     if calibration is not None and global_scale is not None or (calibration is None and global_scale is None
