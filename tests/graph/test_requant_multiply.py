@@ -5,6 +5,8 @@ on the CPU with the reason."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from graph_helpers import run_cpu, run_vta
@@ -111,3 +113,56 @@ def test_requant_option_is_checked(quantized):
     mod, params = graph.from_onnx(model)
     with pytest.raises(QuantizationError, match=r"requant='mul': choose one of 'shift', 'multiply'"):
         graph.quantize(mod, params, global_scale=4.0, requant="mul")
+
+
+def test_tensors_a_shift_rescaling_host_op_reads_keep_powers_of_two():
+    """conv -> ReLU -> global average pool -> dense: the pool rescales by shifts, so the conv's output scale stays
+    a power of two (its multiplier absorbs the rest), while the dense output's scale is the calibrated one."""
+    rng = np.random.default_rng(5)
+    inits = {"w": rng.normal(0, 0.3, (16, 3, 3, 3)), "b": rng.normal(0, 0.1, 16), "wd": rng.normal(0, 0.3, (10, 16)),
+             "bd": rng.normal(0, 0.1, 10)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "wd", "bd"], ["y"], transB=1)]
+    g = helper.make_graph(nodes, "gap", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                          [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    mod, params = graph.from_onnx(model)
+    xs = [rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32) for _ in range(6)]
+    qmod = graph.quantize(mod, params, calibration=xs[:3], requant="multiply")
+    text = qmod["main"].script()
+    assert "conv2d_0_clip16" in text and "dense_0_clip16" in text
+    sess = ort.InferenceSession(model.SerializeToString())
+    for x in xs[3:]:
+        want = sess.run(None, {"x": x})[0]
+        got = run_cpu(qmod, x)[0]
+        assert np.abs(got - want).max() < 0.03 * np.abs(want).max()
+    # the output's dequantization is at the calibrated scale (not a power of two; with shifts it is one)
+    assert not np.log2(output_scale(qmod)).is_integer()
+    assert np.log2(output_scale(graph.quantize(mod, params, calibration=xs[:3]))).is_integer()
+
+    # a conv whose output is finer than its accumulator's unit (channels 0 and 1 of the input nearly cancel): its
+    # exponent, clamped to the accumulator's, is still an integer for the pool (a real one would not quantize)
+    inits["w"] = np.zeros((16, 3, 3, 3))
+    inits["w"][:, 0, 1, 1], inits["w"][:, 1, 1, 1] = 1.0, -1.0
+    inits["b"] = np.zeros(16)
+    g = helper.make_graph(nodes, "gap", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                          [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    mod, params = graph.from_onnx(model)
+    for x in xs:
+        x[:, 1] = x[:, 0] + 1e-3 * rng.normal(0, 1, x[:, 0].shape)
+    qmod = graph.quantize(mod, params, calibration=xs[:3], requant="multiply")
+    assert "conv2d_0_clip16" in qmod["main"].script()
+
+
+def output_scale(qmod) -> float:
+    """The float32 constant of the module's last multiply (the output's dequantization), from its text."""
+    lines = [ln for ln in qmod["main"].script().splitlines() if "R.multiply(" in ln and '"float32")' in ln]
+    return float(re.search(r'R\.const\(([-0-9.e]+), "float32"\)', lines[-1]).group(1))

@@ -293,10 +293,13 @@ class _Emitter:
             ew[:] = ew[live].min() if live.any() else EXP_MAX
         want = self.exps[id(n)]
         e_out = np.full(nout, np.min(want) if self.multiply else int(np.min(want)), et)
+        # with multipliers, an output whose exponent is an integer (a shift-rescaling host operator reads it, or
+        # one per channel) keeps an integer one
+        whole = np.floor if self.multiply and np.all(np.asarray(want) == np.round(want)) else (lambda v: v)
         if live.any():
-            e_out[:] = min(e_out[0], (e_in + ew)[live].min())     # shift >= 0 everywhere
+            e_out[:] = min(e_out[0], whole((e_in + ew)[live].min()))     # shift >= 0 everywhere
         if np.ndim(want):       # one exponent per output channel (read only by depthwise layers)
-            per = np.where(live, np.minimum(np.asarray(want, et), e_in + ew), np.asarray(want, et))
+            per = np.where(live, np.minimum(np.asarray(want, et), whole(e_in + ew)), np.asarray(want, et))
             if len({self.clip_bounds(at["act"], int(e)) for e in per}) == 1:     # VTA clips with immediates
                 e_out = per
         ew = np.minimum(ew, 31 + e_out - e_in)              # shift <= 31
@@ -306,7 +309,10 @@ class _Emitter:
             ref = ref if self.multiply else int(ref)
             ew[dead] = e_out[dead] - e_in[dead] + ref
             shift[dead] = ref
-        e_out = (float(e_out[0]) if self.multiply else int(e_out[0])) if (e_out == e_out[0]).all() else e_out
+        if self.multiply and (e_out == np.round(e_out)).all():      # an integer exponent stays an int
+            e_out = e_out.astype(np.int64)
+        e_out = (float(e_out[0]) if e_out.dtype.kind == "f" else int(e_out[0])) if (e_out == e_out[0]).all() \
+            else e_out
         self.exps[id(n)] = e_out
         wq = np.clip(np.round(scale_out_channels(n.op, w, 2.0 ** ew, groups)), -127, 127).astype(np.int8)
         wq = scale_out_channels(n.op, wq, live.astype(np.int8), groups).astype(np.int8)
