@@ -26,6 +26,48 @@ def requantize(acc: np.ndarray, shift: int, clip: tuple[int, int] | None) -> np.
     return acc.astype(np.int8)
 
 
+#: bits of a fixed-point multiplier (it lies in [2**(bits-1), 2**bits)): the balance of the multiplier's rounding
+#: (relative 2**-bits) and the pre-shift's (one unit of the shifted value is M / 2**post of an output unit)
+MULTIPLIER_BITS = 11
+#: the largest post-shift (its rounding constant 2**(post-1) is a 16-bit ALU immediate)
+MAX_POST_SHIFT = 15
+
+
+def fixed_point(scale, bits: int = MULTIPLIER_BITS, max_post: int = MAX_POST_SHIFT):
+    """The fixed-point form ``(pre, M, post)`` of a positive requantization scale, ``scale ~ M * 2**-(pre+post)``
+    with ``M`` in ``[2**(bits-1), 2**bits)`` (an int16 ALU MUL operand), ``post <= max_post`` and ``pre >= 0``.
+    A sequence of scales (per channel) gives arrays ``pre`` and ``M`` and one ``post`` (an immediate).
+    ValueError for a scale that is not positive or too large (``post`` would be below 1)."""
+    scales = np.atleast_1d(np.asarray(scale, np.float64))
+    if not np.all(np.isfinite(scales) & (scales > 0)):
+        raise ValueError(f"a fixed-point requantization scale must be positive and finite, got {scale}")
+    mant, exp = np.frexp(scales)                      # scale = mant * 2**exp, mant in [0.5, 1)
+    m = np.round(mant * (1 << bits)).astype(np.int64)
+    up = m == (1 << bits)
+    m[up] >>= 1
+    exp = exp + up
+    total = bits - exp                                # scale ~ m * 2**-total
+    post = int(min(max_post, int(total.min())))
+    if post < 1:
+        raise ValueError(f"a requantization scale {float(scales.max())} is too large for a fixed-point multiplier "
+                         f"of {bits} bits (it needs a post-shift of at least 1)")
+    pre = (total - post).astype(np.int64)
+    if np.ndim(scale) == 0:
+        return int(pre[0]), int(m[0]), post
+    return pre, m, post
+
+
+def requantize_fixed_point(x: np.ndarray, pre, multiplier, post: int, clip: tuple[int, int] | None) -> np.ndarray:
+    """The fixed-point requantization of int32 values ``x`` (bias already added; ``pre``/``multiplier`` scalars
+    or broadcastable per channel): ``clip(((clip16(x >> pre) * M) + 2**(post-1)) >> post)``, as int8."""
+    x = np.asarray(x, np.int64) >> np.asarray(pre, np.int64)
+    x = np.clip(x, -(1 << 15), (1 << 15) - 1) * np.asarray(multiplier, np.int64)
+    x = (x + (1 << (post - 1))) >> post
+    if clip is not None:
+        x = np.clip(x, clip[0], clip[1])
+    return x.astype(np.int8)
+
+
 def inside_fraction(out: np.ndarray, clip: tuple[int, int] | None) -> float:
     """Fraction of int8 outputs strictly inside the clip range (the others could be saturated)."""
     lo, hi = clip if clip is not None else INT8_RANGE

@@ -99,10 +99,9 @@ def _float_model(rng):
     return m
 
 
-def test_onnxruntime_static_quantization_is_refused_by_name_or_rounded(tmp_path, fsim):
-    """onnxruntime's QDQ scales are any real number: refused, naming the tensors; ``qdq_scales="nearest"`` rounds
-    them to powers of two (the output it leaves in float is calibrated), and the result stays near ONNX Runtime's
-    run of its own quantized file."""
+def _ort_static_model(tmp_path):
+    """(model, calibration inputs): onnxruntime's static quantization (QDQ, symmetric int8, per-channel weights)
+    of ``_float_model``, calibrated on the inputs."""
     quant = pytest.importorskip("onnxruntime.quantization")
     rng = np.random.default_rng(4)
     xs = [rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32) for _ in range(4)]
@@ -118,7 +117,14 @@ def test_onnxruntime_static_quantization_is_refused_by_name_or_rounded(tmp_path,
     quant.quantize_static(str(fp), str(qp), Reader(), quant_format=quant.QuantFormat.QDQ, per_channel=True,
                           activation_type=quant.QuantType.QInt8, weight_type=quant.QuantType.QInt8,
                           extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
-    model = onnx.load(str(qp))
+    return onnx.load(str(qp)), xs
+
+
+def test_onnxruntime_static_quantization_is_refused_by_name_or_rounded(tmp_path, fsim):
+    """onnxruntime's QDQ scales are any real number: refused, naming the tensors; ``qdq_scales="nearest"`` rounds
+    them to powers of two (the output it leaves in float is calibrated), and the result stays near ONNX Runtime's
+    run of its own quantized file."""
+    model, xs = _ort_static_model(tmp_path)
     assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) >= 2
     mod, params = graph.from_onnx(model)
     with pytest.raises(graph.QuantizationError, match=r"QDQ scale\(s\) are not powers of two.*qdq_scales='nearest'"):
@@ -132,6 +138,38 @@ def test_onnxruntime_static_quantization_is_refused_by_name_or_rounded(tmp_path,
         None, {"x": x})[0]
     assert np.corrcoef(got.ravel(), theirs.ravel())[0, 1] > 0.97
     np.testing.assert_array_equal(run_vta(graph.build(graph.graph_pack(qmod)), x)[0], got)
+
+
+def test_onnxruntime_static_quantization_runs_with_its_own_scales_by_multipliers(tmp_path):
+    """With ``requant="multiply"`` (ALU MUL, ISA extension alu_mul) the model's scales are taken as they are (the
+    output, which the importer leaves without a pair, calibrated on the same inputs as onnxruntime's): within one
+    unit of ONNX Runtime's output scale everywhere, equal (to half a unit) on most values; the power-of-two
+    rounding is several units off (a negative control). On fsim with alu_mul: the CPU's bits."""
+    import vta_compiler as vta
+    import vta_runtime
+    from sim.fsim import FsimDevice
+    model, xs = _ort_static_model(tmp_path)
+    y_scale = float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "y_scale"))
+    mod, params = graph.from_onnx(model)
+    qmod = graph.quantize(mod, params, calibration=xs, requant="multiply")
+    rounded = graph.quantize(mod, params, calibration=xs, qdq_scales="nearest")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    theirs = [sess.run(None, {"x": x})[0] for x in xs]
+    diff = np.concatenate([np.abs(run_cpu(qmod, x)[0] - t).ravel() for x, t in zip(xs, theirs)]) / y_scale
+    assert diff.max() <= 1.25 and np.mean(diff < 0.5) > 0.85, (diff.max(), np.mean(diff < 0.5))
+    rdiff = np.concatenate([np.abs(run_cpu(rounded, x)[0] - t).ravel() for x, t in zip(xs, theirs)]) / y_scale
+    assert rdiff.max() > 3 and np.mean(rdiff < 0.5) < 0.5
+    cfg = vta.get_env().config.replace(ISA_EXTENSIONS=("alu_mul",))
+    with vta.Environment(cfg) as env:
+        vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice(cfg)))
+        try:
+            pmod = graph.graph_pack(qmod, env)
+            assert len(graph.placement(pmod).vta_rows) == 2
+            ex = graph.build(pmod)
+            for x in xs[:2]:
+                np.testing.assert_array_equal(run_vta(ex, x)[0], run_cpu(qmod, x)[0])
+        finally:
+            vta_runtime.set_command_queue(None)
 
 
 def test_an_asymmetric_qdq_pair_is_refused_naming_the_tensor():

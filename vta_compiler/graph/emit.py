@@ -132,7 +132,7 @@ class Packer:
         env, op, wkl = self.env, layer.op, layer.workload
         channel_shift = isinstance(layer.shift, np.ndarray)
         key = KernelKey(wkl, layer.bias is not None, None if channel_shift else layer.shift, channel_shift,
-                        layer.clip, layer.residual)
+                        layer.clip, layer.residual, layer.requant)
         gv, tiling = self.kernels.get(key)
         args = [self.layer_input(layer)]
         if layer.offload.weight is not None:         # a pool has none
@@ -141,6 +141,8 @@ class Packer:
             args.append(self.devconst(op.pack_channels(layer.bias, wkl, env), f"{layer.name}_b"))
         if channel_shift:
             args.append(self.devconst(op.pack_channels(layer.shift, wkl, env), f"{layer.name}_s"))
+        if layer.multiplier is not None:     # the fixed-point multipliers per channel (ALU MUL's register operand)
+            args.append(self.devconst(op.pack_channels(layer.multiplier, wkl, env), f"{layer.name}_m"))
         if layer.residual is not None:       # the int8 shortcut, packed like the result (ACC_8BIT-loaded)
             args.append(self.get_packed(layer.shortcut))
         out_shape = tuple(layer.offload.output_shape or layer.out.shape)

@@ -16,7 +16,7 @@ from tvm import relax
 
 from ..environment import Environment
 from ..tiling import Task, registry
-from ..top.common import Residual
+from ..top.common import Requant, Residual
 
 #: PrimFunc attribute that marks a VTA kernel (compiled with the "vta" TIR pipeline)
 KERNEL_ATTR = "vta.kernel"
@@ -32,6 +32,7 @@ class KernelKey:
     channel_shift: bool
     clip: tuple[int, int] | None
     residual: Residual | None = None     # a fused residual add (the kernel reads an int8 shortcut after its operands)
+    requant: Requant | None = None       # a fixed-point multiply (multiplier None: a per-channel tensor)
 
 
 class KernelCache:
@@ -50,9 +51,11 @@ class KernelCache:
     def _make(self, key: KernelKey):
         env, wkl = self.env, key.workload
         op = registry.of(wkl)
-        ops = 1 + int(key.channel_shift)
+        ops = 1 + int(key.channel_shift) + int(key.requant is not None and key.requant.multiplier is None)
         tiling = op.tiling(wkl, env, ops)
         fused = {"residual": key.residual} if key.residual is not None else {}
+        if key.requant is not None:
+            fused["requant"] = key.requant
         func = op.compute(wkl, env, shift=key.shift or 0, bias=key.bias, clip=key.clip,
                           channel_shift=key.channel_shift, **fused)
         sch = op.schedule(func, tiling, env=env)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..environment import Environment
 from ..tiling import Offload, Operator
-from ..top.common import Residual
+from ..top.common import MUL_MAX, MUL_MIN, Requant, Residual
 from .ir import Const, GraphError, Node
 
 
@@ -32,6 +32,8 @@ class VtaLayer:
     residual: Residual | None = None        # a residual add fused into the epilogue (``fuse_residual``)
     shortcut: Node | None = None            # its int8 shortcut
     residual_why: str = ""                  # why it was fused (graph_pack's cost comparison)
+    requant: Requant | None = None          # a fixed-point multiply after the shift (ALU MUL, ``alu_mul``)
+    multiplier: np.ndarray | None = None    # its int16 multipliers per output channel (requant.multiplier None)
 
     @property
     def op(self) -> Operator:
@@ -43,8 +45,9 @@ class VtaLayer:
 
     @property
     def acc_operands(self) -> int:
-        """Per-channel tensors in ACC beside the accumulators: the bias (always reserved) and a shift tensor."""
-        return 1 + int(isinstance(self.shift, np.ndarray))
+        """Per-channel tensors in ACC beside the accumulators: the bias (always reserved), a shift tensor and a
+        multiplier tensor."""
+        return 1 + int(isinstance(self.shift, np.ndarray)) + int(self.multiplier is not None)
 
     @property
     def label(self) -> str:
@@ -71,16 +74,61 @@ def channel_vector(c: Const, nout: int, what: str, axis: int = 1, rank: int | No
     return v.reshape(-1)
 
 
+def _multiply_chain(cur: Node) -> dict[str, Node] | None:
+    """The fixed-point multiply ``clip16(x) * M + round >> post`` ending at ``cur``, by role, or None."""
+    got = {}
+    for role, op in (("post_shift", "relax.right_shift"), ("round", "relax.add"), ("multiply", "relax.multiply"),
+                     ("clip16", "relax.clip")):
+        if not isinstance(cur, Node) or cur.op != op or (role != "clip16" and not isinstance(cur.args[1], Const)):
+            return None
+        got[role] = cur
+        cur = cur.args[0]
+    return got
+
+
 def chain(out: Node) -> dict[str, Node]:
     """The nodes of a matched layer, by role, walking up from the cast."""
     parts = {"astype": out}
     cur = out.args[0]
-    for role, op in (("clip", "relax.clip"), ("shift", "relax.right_shift"), ("bias", "relax.add")):
+    if cur.op == "relax.clip":
+        parts["clip"] = cur
+        cur = cur.args[0]
+    mul = _multiply_chain(cur)
+    if mul is not None:
+        parts.update(mul)
+        cur = mul["clip16"].args[0]
+    for role, op in (("shift", "relax.right_shift"), ("bias", "relax.add")):
         if cur.op == op:
             parts[role] = cur
             cur = cur.args[0]
     parts["core"] = cur
     return parts
+
+
+def legal_requant(parts: dict[str, Node], nout: int, axis: int, rank: int,
+                  env: Environment) -> tuple[Requant, np.ndarray | None] | str:
+    """The :class:`Requant` of a matched fixed-point multiply (and its per-channel multipliers, or None), or why
+    VTA cannot run it (a placement note)."""
+    lo, hi = (int(p.value) for p in parts["clip16"].args[1:3])
+    if (lo, hi) != (MUL_MIN, MUL_MAX):
+        return f"the value multiplied is clipped to {(lo, hi)}, not to int16 as VTA's MUL needs"
+    m = channel_vector(parts["multiply"].args[1], nout, "multiplier", axis, rank)
+    if isinstance(m, str):
+        return m
+    if m.dtype != np.int32 or m.min() < MUL_MIN or m.max() > MUL_MAX:
+        return f"the multipliers ({m.dtype}, {m.min()}..{m.max()}) are not int16 values (VTA's MUL multiplies int16)"
+    post = _scalar(parts["post_shift"].args[1], "post-shift")
+    rnd = _scalar(parts["round"].args[1], "rounding constant")
+    if isinstance(post, str) or isinstance(rnd, str):
+        return post if isinstance(post, str) else rnd
+    if post < 1 or rnd != 1 << (post - 1):
+        return f"the product is rounded by {rnd} before >> {post}, not by 2**(post-1) as VTA's epilogue does"
+    uniform = bool((m == m[0]).all())
+    r = Requant(int(m[0]) if uniform else None, post)
+    reason = r.refusal(env)
+    if reason:
+        return reason
+    return r, (None if uniform else m.astype(np.int32))
 
 
 def legalize(op: Operator, parts: dict[str, Node], env: Environment, options: dict) -> VtaLayer | str | None:
@@ -119,7 +167,16 @@ def legalize(op: Operator, parts: dict[str, Node], env: Environment, options: di
     if "clip" in parts:
         lo, hi = (int(p.value) for p in parts["clip"].args[1:3])
         clip = (max(lo, -(1 << 31)), min(hi, (1 << 31) - 1))
-    layer = VtaLayer(out.name, out, list(parts.values()), x, off, bias, shift, clip)
+    requant = multiplier = None
+    if "multiply" in parts:
+        if not getattr(op, "takes_requant", False):
+            return f"a fixed-point requantization (ALU MUL) is not implemented for {op.kind} layers"
+        got = legal_requant(parts, nout, axis, rank, env)
+        if isinstance(got, str):
+            return got
+        requant, multiplier = got
+    layer = VtaLayer(out.name, out, list(parts.values()), x, off, bias, shift, clip, requant=requant,
+                     multiplier=multiplier)
     if x.shape[0] % env.BATCH:
         return layer            # no tiling question: graph_pack refuses the whole network (check_batch)
     return op.placement_refusal(off, env, layer.acc_operands) or layer

@@ -22,10 +22,15 @@ from .legalize import VtaLayer, chain, fuse_residual, host_chain_cost, legalize,
 
 
 def with_epilogue(core):
-    """VTA's epilogue after a GEMM: (+ const) (>> const) (clip) astype."""
+    """VTA's epilogue after a GEMM: (+ const) (>> const) (fixed-point multiply) (clip) astype; the multiply
+    (``requant="multiply"``, ALU MUL) is ``clip(x, int16) * const + const >> const``."""
     biased = is_op("relax.add")(core, is_const()) | core
     shifted = is_op("relax.right_shift")(biased, is_const()) | biased
-    clipped = is_op("relax.clip")(shifted, wildcard(), wildcard()) | shifted
+    clip16 = is_op("relax.clip")(shifted, wildcard(), wildcard())
+    multiplied = is_op("relax.right_shift")(
+        is_op("relax.add")(is_op("relax.multiply")(clip16, is_const()), is_const()), is_const())
+    scaled = multiplied | shifted
+    clipped = is_op("relax.clip")(scaled, wildcard(), wildcard()) | scaled
     return is_op("relax.astype")(clipped)
 
 

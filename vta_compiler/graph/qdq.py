@@ -8,9 +8,12 @@ the float graph and notes each tensor's exponent (``s = 2**-e``) on the node tha
 (``canon.fold_constants``), which the quantizer takes back to the same int8 values exactly when their scales
 are powers of two. ``graph.quantize`` then uses these exponents instead of calibrated ones.
 
-VTA requantizes by shifts, so only power-of-two scales are exact: a pair with another scale is refused
-naming the tensor and its scale, unless ``quantize(..., qdq_scales="nearest")`` rounds it to the nearest
-power of two (in log2). Zero points must be 0 (int8) or 128 (uint8, the same grid shifted): VTA's int8 is
+By default VTA requantizes by shifts, so only power-of-two scales are exact: a pair with another scale is
+refused naming the tensor and its scale, unless ``quantize(..., qdq_scales="nearest")`` rounds it to the
+nearest power of two (in log2). With ``quantize(..., requant="multiply")`` (fixed-point multipliers, the ISA
+extension ``alu_mul``) every tensor that a layer computes or that is quantized from float takes the model's
+scale as it is; only those a shift-rescaling host operator reads (residual add, concat, global pooling) still
+need powers of two. Zero points must be 0 (int8) or 128 (uint8, the same grid shifted): VTA's int8 is
 symmetric.
 """
 
@@ -88,15 +91,19 @@ def carry(old: Node, new: Node) -> None:
             new.attrs.pop(k, None)
 
 
-def exponents(g: Graph, scales: str = "exact") -> dict[int, int]:
+def exponents(g: Graph, scales: str = "exact", any_scale: set[int] | frozenset = frozenset()) -> dict[int, float]:
     """``{id(node): exponent}`` of every node a QDQ pair annotated; a scale that is not a power of two is refused
-    (``scales="exact"``) or rounded (``"nearest"``)."""
+    (``scales="exact"``) or rounded (``"nearest"``), except on the nodes of ``any_scale`` (``requant="multiply"``),
+    which keep it as it is (a real exponent ``-log2(scale)``)."""
     if scales not in SCALE_MODES:
         raise QdqError(f"qdq_scales={scales!r}: choose one of {', '.join(map(repr, SCALE_MODES))}")
     out = {}
     bad = []
     for n in g.nodes:
         if QDQ_EXP not in n.attrs:
+            continue
+        if QDQ_SCALE in n.attrs and id(n) in any_scale:
+            out[id(n)] = -math.log2(n.attrs[QDQ_SCALE])
             continue
         if QDQ_SCALE in n.attrs and scales == "exact":
             bad.append(f"{n.name} (scale {n.attrs[QDQ_SCALE]:.6g} = 2^{-math.log2(n.attrs[QDQ_SCALE]):.3f})")

@@ -32,6 +32,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..reference import fixed_point
+from ..top.common import MUL_MAX, MUL_MIN
 from . import calibrate as cal
 from . import qdq
 from . import sensitivity as sens
@@ -120,6 +122,40 @@ def channel_exponents(e_tensor: int, channel_amax: np.ndarray, layers: list[Node
     return e
 
 
+#: graph.quantize's ``requant``: how a layer's accumulators become its int8 output
+REQUANT_MODES = ("shift", "multiply")
+#: the host operators that rescale their int8 inputs by shifts (their inputs need power-of-two scales)
+_SHIFT_RESCALING = ("relax.add", "relax.concat", "relax.mean")
+
+
+def _real_exponent(s: cal.NodeStats, method: str) -> float:
+    """A tensor's exponent without rounding to an integer (``requant="multiply"``): 127 is the calibrated
+    magnitude (the largest, or the percentile); methods that search over integers keep their integer."""
+    a = s.pct if method == "percentile" and s.pct > 0 else s.amax
+    if method not in ("max", "percentile") or not a > 0 or not math.isfinite(a):
+        return float(cal.exponent(s, method))
+    return float(min(EXP_MAX, max(cal.EXP_MIN, math.log2(127.0 / a))))
+
+
+def power_of_two_needed(g: Graph) -> set[int]:
+    """The nodes whose int8 values reach a host operator that rescales by shifts (residual add, concat, global
+    pooling), directly or through operators that pass values through: their scales stay powers of two."""
+    need: set[int] = set()
+    for n in reversed(g.nodes):
+        if _int_capable(n) and (n.op in _SHIFT_RESCALING or id(n) in need):
+            need.update(id(a) for a in n.inputs)
+    return need
+
+
+def any_scale_nodes(g: Graph, skip_layers: Sequence, depthwise_channels: bool) -> set[int]:
+    """The nodes whose output may have any scale with ``requant="multiply"``: those the integer host operators
+    do not compute (layers, inputs, float operators), unless a shift-rescaling host operator reads them or they
+    take one scale per channel (``channel_scaled``)."""
+    skip = _skipped(g, skip_layers)
+    keep = power_of_two_needed(g) | (set(channel_scaled(g, skip)) if depthwise_channels else set())
+    return {id(n) for n in g.nodes if id(n) not in keep and (n.op in LAYERS or not _int_capable(n))}
+
+
 def _skipped(g: Graph, skip_layers: Sequence) -> set[int]:
     layers = layer_index(g)
     names = {n.name: n for n in layers}
@@ -141,8 +177,10 @@ def _skipped(g: Graph, skip_layers: Sequence) -> set[int]:
 class _Emitter:
     """Writes the integer network with a BlockBuilder, node by node."""
 
-    def __init__(self, g: Graph, exps: dict[int, int], skip: set[int], per_channel: bool | str):
+    def __init__(self, g: Graph, exps: dict[int, int], skip: set[int], per_channel: bool | str,
+                 requant: str = "shift"):
         self.g, self.exps, self.skip, self.per_channel = g, exps, skip, per_channel
+        self.multiply = requant == "multiply"
         self.bb = relax.BlockBuilder()
         self.q: dict[int, tuple[Any, int]] = {}      # id(node) -> (int8 var, exponent)
         self.f: dict[int, Any] = {}                  # id(node) -> float var
@@ -176,7 +214,7 @@ class _Emitter:
     def power_of_two(e, n: Node):
         """``2**e`` as a float32 constant: a scalar, or one per channel (axis 1) of ``n``."""
         if np.ndim(e) == 0:
-            return const(2.0 ** int(e), "float32")
+            return const(2.0 ** float(e), "float32")
         shape = (1, -1) + (1,) * (len(n.shape) - 2)
         return const((2.0 ** np.asarray(e, np.float64)).astype(np.float32).reshape(shape))
 
@@ -195,6 +233,20 @@ class _Emitter:
             acc = self.emit(relax.op.add(acc, bias), f"{name}_bias")
         if shift is not None:
             acc = self.emit(relax.op.right_shift(acc, shift), f"{name}_shift")
+        acc = self.emit(relax.op.clip(acc, lo, hi), f"{name}_clip")
+        return self.emit(relax.op.astype(acc, "int8"), name)
+
+    def requant_multiply(self, acc, pre, mult, post: int, bias, lo: int, hi: int, name: str):
+        """``int8(clip((clip16((acc + bias) >> pre) * mult + 2**(post-1)) >> post, lo, hi))`` (ALU MUL's form:
+        the int16 clip keeps the product exact); pre None, an int or an array; mult an int or an array."""
+        if bias is not None:
+            acc = self.emit(relax.op.add(acc, bias), f"{name}_bias")
+        if pre is not None:
+            acc = self.emit(relax.op.right_shift(acc, pre), f"{name}_shift")
+        acc = self.emit(relax.op.clip(acc, MUL_MIN, MUL_MAX), f"{name}_clip16")
+        acc = self.emit(relax.op.multiply(acc, mult), f"{name}_mul")
+        acc = self.emit(relax.op.add(acc, const(1 << (post - 1), "int32")), f"{name}_round")
+        acc = self.emit(relax.op.right_shift(acc, const(post, "int32")), f"{name}_post")
         acc = self.emit(relax.op.clip(acc, lo, hi), f"{name}_clip")
         return self.emit(relax.op.astype(acc, "int8"), name)
 
@@ -225,35 +277,51 @@ class _Emitter:
         rows = out_channel_rows(n.op, w, groups)           # (output channels, fan-in)
         nout = rows.shape[0]
         # the input's exponent per output channel: a depthwise layer's input may have one per channel
-        e_in = np.asarray(e_x, np.int64)[np.arange(nout) // (nout // np.size(e_x))] if np.ndim(e_x) else \
-            np.full(nout, int(e_x), np.int64)
+        # exponents are integers (powers of two), or with requant="multiply" real numbers (any scale)
+        et = np.float64 if self.multiply else np.int64
+        e_in = np.asarray(e_x, et)[np.arange(nout) // (nout // np.size(e_x))] if np.ndim(e_x) else \
+            np.full(nout, e_x, et)
         amax_c = np.abs(rows).max(axis=1)
         # a dead channel's weights round to 0 at every exponent: it outputs its bias, whatever its weight scale
         dead = amax_c * 2.0 ** EXP_MAX < 0.5
         live = ~dead
-        ew = np.array([exponent_for(a) for a in amax_c], np.int64)
+        if self.multiply:     # the weights use the whole int8 range
+            ew = np.minimum(EXP_MAX, np.log2(127.0 / np.maximum(amax_c, 1e-30)))
+        else:
+            ew = np.array([exponent_for(a) for a in amax_c], np.int64)
         if not self.per_channel:
             ew[:] = ew[live].min() if live.any() else EXP_MAX
         want = self.exps[id(n)]
-        e_out = np.full(nout, int(np.min(want)), np.int64)
+        e_out = np.full(nout, np.min(want) if self.multiply else int(np.min(want)), et)
+        # with multipliers, an output whose exponent is an integer (a shift-rescaling host operator reads it, or
+        # one per channel) keeps an integer one
+        whole = np.floor if self.multiply and np.all(np.asarray(want) == np.round(want)) else (lambda v: v)
         if live.any():
-            e_out[:] = min(int(e_out[0]), int((e_in + ew)[live].min()))     # shift >= 0 everywhere
+            e_out[:] = min(e_out[0], whole((e_in + ew)[live].min()))     # shift >= 0 everywhere
         if np.ndim(want):       # one exponent per output channel (read only by depthwise layers)
-            per = np.where(live, np.minimum(np.asarray(want, np.int64), e_in + ew), np.asarray(want, np.int64))
+            per = np.where(live, np.minimum(np.asarray(want, et), whole(e_in + ew)), np.asarray(want, et))
             if len({self.clip_bounds(at["act"], int(e)) for e in per}) == 1:     # VTA clips with immediates
                 e_out = per
         ew = np.minimum(ew, 31 + e_out - e_in)              # shift <= 31
-        shift = (e_in + ew - e_out).astype(np.int64)
+        shift = (e_in + ew - e_out).astype(et)
         if dead.any():     # the live channels' shift (so one immediate shift still serves), at most 23
-            ref = min(23, int(shift[live].min())) if live.any() else 0
+            ref = min(23, shift[live].min()) if live.any() else 0
+            ref = ref if self.multiply else int(ref)
             ew[dead] = e_out[dead] - e_in[dead] + ref
             shift[dead] = ref
-        e_out = int(e_out[0]) if (e_out == e_out[0]).all() else e_out
+        if self.multiply and (e_out == np.round(e_out)).all():      # an integer exponent stays an int
+            e_out = e_out.astype(np.int64)
+        e_out = (float(e_out[0]) if e_out.dtype.kind == "f" else int(e_out[0])) if (e_out == e_out[0]).all() \
+            else e_out
         self.exps[id(n)] = e_out
         wq = np.clip(np.round(scale_out_channels(n.op, w, 2.0 ** ew, groups)), -127, 127).astype(np.int8)
         wq = scale_out_channels(n.op, wq, live.astype(np.int8), groups).astype(np.int8)
         fan_in = rows.shape[1]
-        bias = np.round(at["bias"] * 2.0 ** (e_in + ew)) + np.where(shift > 0, 2.0 ** (shift - 1), 0)
+        if self.multiply:     # 2**-shift as M * 2**-(pre+post); the bias rounds the pre-shift
+            pre, mult, post = fixed_point(2.0 ** -shift)
+            bias = np.round(at["bias"] * 2.0 ** (e_in + ew)) + np.where(pre > 0, 2.0 ** (pre - 1), 0)
+        else:
+            bias = np.round(at["bias"] * 2.0 ** (e_in + ew)) + np.where(shift > 0, 2.0 ** (shift - 1), 0)
         limit = 2 ** 31 - 1 - 128 * 127 * fan_in
         # a dead channel's accumulator is its bias alone: beyond +-limit its output saturates all the same
         bias = np.where(dead, np.clip(bias, -limit, limit), bias)
@@ -265,7 +333,7 @@ class _Emitter:
                     f"(limit +-{limit} with a fan-in of {fan_in})"))
             self.float_layer(n)
             return
-        lo, hi = self.clip_bounds(at["act"], int(np.min(e_out)))
+        lo, hi = self.clip_bounds(at["act"], np.min(e_out) if self.multiply else int(np.min(e_out)))
         uniform = bool((shift == shift[0]).all())
         if n.op == "conv2d":
             acc = self.emit(relax.op.nn.conv2d(xq, const(wq), strides=at["strides"], padding=at["padding"],
@@ -282,11 +350,19 @@ class _Emitter:
                             f"{n.name}_acc")
             shape = (1, nout)
         b = const(bias.astype(np.int32).reshape(shape)) if bias.any() else None
-        if uniform:
-            s = const(int(shift[0]), "int32") if shift[0] else None
+        if self.multiply:
+            uniform = bool((pre == pre[0]).all() and (mult == mult[0]).all())
+            p = (const(int(pre[0]), "int32") if pre[0] else None) if (pre == pre[0]).all() else \
+                const(pre.astype(np.int32).reshape(shape))
+            m = const(int(mult[0]), "int32") if (mult == mult[0]).all() else \
+                const(mult.astype(np.int32).reshape(shape))
+            self.q[id(n)] = (self.requant_multiply(acc, p, m, post, b, lo, hi, n.name), e_out)
         else:
-            s = const(shift.astype(np.int32).reshape(shape))
-        self.q[id(n)] = (self.requant(acc, s, b, lo, hi, n.name), e_out)
+            if uniform:
+                s = const(int(shift[0]), "int32") if shift[0] else None
+            else:
+                s = const(shift.astype(np.int32).reshape(shape))
+            self.q[id(n)] = (self.requant(acc, s, b, lo, hi, n.name), e_out)
         self.layers.append({"name": n.name, "op": n.op, "e_in": e_x if np.ndim(e_x) == 0 else list(e_x),
                             "e_out": e_out if np.ndim(e_out) == 0 else list(e_out), "per_channel_shift": not uniform,
                             "input": xq.name})
@@ -435,7 +511,7 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
              global_scale: float | None = None, skip_layers: Sequence = (), per_channel: bool = True,
              percentile: float | None = None, calibrate: str = "max", depthwise_channels: bool = True,
              bias_correction: bool = False, float_budget: float | None = None, eval_data: Iterable | None = None,
-             metric=None, qdq_scales: str = "exact") -> tvm.IRModule:
+             metric=None, qdq_scales: str = "exact", requant: str = "shift") -> tvm.IRModule:
     """Quantize a float network to VTA's integer form; returns a Relax module that runs on the CPU as is.
 
     ``mod, params``: from ``from_onnx`` or ``relax.frontend.nn`` (``export_tvm``). ``calibration``: input
@@ -459,8 +535,16 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     scales: each pair's tensor gets the model's exponent, and neither ``calibration`` nor ``global_scale`` is
     needed (tensors without a pair then take theirs from ``calibration`` if given). Its scales must be powers of
     two (``qdq_scales="exact"``, the default) or are rounded to the nearest (``"nearest"``).
+    ``requant``: ``"shift"`` (the default) requantizes every layer by a shift, as above; ``"multiply"`` by a
+    fixed-point multiplier (VTA's ALU MUL, the ISA extension ``alu_mul``): a layer's output scale is the
+    calibrated one without rounding to a power of two (method "max" or "percentile"; except where a residual
+    add, concat or global pooling reads it: those rescale by shifts), its weights use the whole int8 range
+    per channel, and ``y = int8(clip((clip16((acc + bias) >> pre) * M + 2**(post-1)) >> post))`` with
+    ``M`` in [1024, 2048) per channel or per layer (see ``vta_compiler.reference.fixed_point``).
     The module's ``main`` takes the float inputs and returns float outputs.
     """
+    if requant not in REQUANT_MODES:
+        raise QuantizationError(f"requant={requant!r}: choose one of {', '.join(map(repr, REQUANT_MODES))}")
     if float_budget is not None:
         if calibration is None:
             raise QuantizationError("float_budget needs calibration data, not global_scale")
@@ -468,7 +552,7 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
             raise QuantizationError(f"float_budget must be a number >= 0, got {float_budget!r}")
         calibration = list(calibration)
         kw = {"per_channel": per_channel, "percentile": percentile, "calibrate": calibrate,
-              "depthwise_channels": depthwise_channels, "bias_correction": bias_correction}
+              "depthwise_channels": depthwise_channels, "bias_correction": bias_correction, "requant": requant}
         chosen, _, _ = sens.fewest_float_layers(quantize, mod, params, calibration, float_budget, eval_data,
                                                 metric=metric, **kw)
         names = [n.name for n in layer_index(prepare(mod, params))]
@@ -478,7 +562,8 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
         return tvm.IRModule({"main": out["main"].with_attr("vta.float_layers", keep)})
     try:
         g = prepare(mod, params)
-        fixed = qdq.exponents(g, qdq_scales)
+        fixed = qdq.exponents(g, qdq_scales, any_scale_nodes(g, skip_layers, depthwise_channels)
+                              if requant == "multiply" else frozenset())
     except qdq.QdqError as exc:
         raise QuantizationError(str(exc)) from None
     if calibration is not None and global_scale is not None or (calibration is None and global_scale is None
@@ -517,12 +602,17 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
         exps = {k: cal.exponent(s, calibrate) for k, s in stats.items()}
         for k, layers in dw.items():
             exps[k] = channel_exponents(exps[k], stats[k].channel_amax, layers)
+        if requant == "multiply":       # the layers' outputs at their calibrated scales
+            keep = power_of_two_needed(g) | set(dw)
+            for n in g.nodes:
+                if n.op in LAYERS and id(n) not in skip and id(n) not in keep and id(n) in stats:
+                    exps[id(n)] = _real_exponent(stats[id(n)], calibrate)
     exps.update(fixed)
-    em = _Emitter(g, dict(exps), skip, per_channel)
+    em = _Emitter(g, dict(exps), skip, per_channel, requant)
     func = _run_emitter(em, g)
     if bias_correction and em.layers:
         _correct_biases(g, func, em.layers, batches)
-        em = _Emitter(g, dict(exps), skip, per_channel)
+        em = _Emitter(g, dict(exps), skip, per_channel, requant)
         func = em.run()
     func = func.with_attr("vta.quantized_layers", [ly["name"] for ly in em.layers])
     out = tvm.IRModule({"main": func})

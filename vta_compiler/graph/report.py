@@ -27,6 +27,9 @@ def vta_row(layer: VtaLayer, env: Environment, kernel: str, tiling) -> dict:
     epi = ["+bias"] if layer.bias is not None else []
     if layer.shift is not None:
         epi.append(">>shift[c]" if isinstance(layer.shift, np.ndarray) else f">>{layer.shift}")
+    if layer.requant is not None:     # the fixed-point multiply (ALU MUL, ISA extension alu_mul)
+        m = "M[c]" if layer.requant.multiplier is None else str(layer.requant.multiplier)
+        epi.append(f"*{m}>>{layer.requant.post_shift}")
     if layer.clip is not None:
         epi.append(f"clip{layer.clip}")
     off = layer.offload

@@ -53,6 +53,8 @@ class Operator:
     ``NotImplementedError``, and ``registry.register`` one object (see the guide "Adding an operator")."""
 
     kind: str = ""
+    #: whether ``compute`` takes ``requant`` (a fixed-point multiply in the epilogue, ``top.common.Requant``)
+    takes_requant: bool = False
     workload_type: type = object
     tiling_type: type = object
     #: the core Relax ops graph_pack can offload to this operator (the first operator claiming an op

@@ -52,17 +52,65 @@ class Residual:
         return None
 
 
+#: the operand range of ALU MUL (``alu_mul``): it multiplies the low 16 bits of both operands, sign-extended
+MUL_MIN, MUL_MAX = -(1 << 15), (1 << 15) - 1
+#: the largest post-shift of a fixed-point requantization: its rounding constant 2**(post-1) is a 16-bit immediate
+REQUANT_MAX_POST_SHIFT = 15
+
+
+@dataclass(frozen=True)
+class Requant:
+    """A fixed-point multiply in a layer's epilogue (needs the ISA extension ``alu_mul``), after the shift (the
+    *pre* shift) and before the clip::
+
+        x = (acc + bias) >> pre                       (pre: an immediate or per channel, as without it)
+        x = clip(x, -32768, 32767)                    (MUL multiplies the low 16 bits: clip so that it is exact)
+        x = (x * M + 2**(post-1)) >> post             (round half up; x * M fits int32 exactly)
+        y = int8(clip(x))
+
+    ``multiplier`` M is an int16 immediate (one per layer), or None for a per-channel int32 tensor (values in
+    int16) given to :func:`epilogue` like the bias (MUL with a register operand). ALU work: MAX, MIN, MUL, ADD,
+    SHR after the usual ADD and SHR. The int16 clip changes no result as long as 32767 * M >> post reaches the
+    output clip (then a clipped x saturates the output anyway); :func:`vta_compiler.reference.fixed_point`
+    picks such constants."""
+    multiplier: int | None = None
+    post_shift: int = REQUANT_MAX_POST_SHIFT
+
+    def refusal(self, env: Environment) -> str | None:
+        """Why VTA cannot run this multiply on ``env``'s configuration, or None."""
+        if not env.config.isa.has("alu_mul"):
+            return ("a fixed-point requantization multiplies with ALU MUL, which needs ISA extension alu_mul "
+                    "(config key ISA_EXTENSIONS)")
+        if self.multiplier is not None and not MUL_MIN <= self.multiplier <= MUL_MAX:
+            return f"the requantization multiplier {self.multiplier} is outside int16 (MUL's operand)"
+        if not 1 <= self.post_shift <= REQUANT_MAX_POST_SHIFT:
+            return (f"the requantization post_shift {self.post_shift} is outside 1..{REQUANT_MAX_POST_SHIFT} (its "
+                    "rounding constant is a 16-bit ALU immediate)")
+        return None
+
+
 def epilogue(env: Environment, acc: te.Tensor, bias: te.Tensor | None, shift: int | te.Tensor,
              clip: tuple[int, int] | None, bias_index, name: str = "epilogue",
-             residual: Residual | None = None, shortcut: te.Tensor | None = None) -> tuple[te.Tensor, te.Tensor]:
+             residual: Residual | None = None, shortcut: te.Tensor | None = None,
+             requant: Requant | None = None, multiplier: te.Tensor | None = None) -> tuple[te.Tensor, te.Tensor]:
     """The usual int8 requantisation after a GEMM: ``clip((acc + bias) >> shift)`` then cast to int8; with a
-    ``residual`` (and its int8 ``shortcut`` tensor, indexed like the output), the fused residual add after it.
+    ``requant`` (:class:`Requant`; its per-channel ``multiplier`` tensor indexed like the bias), the fixed-point
+    multiply between the shift and the clip; with a ``residual`` (and its int8 ``shortcut`` tensor, indexed like
+    the output), the fused residual add after it.
 
     ``shift`` is an immediate or a per-channel tensor indexed like the bias (ALU SHR with a register
     operand). Returns (last epilogue tensor in int32, output tensor in int8). One element-wise stage (two with a
     residual: the second works in place on the shortcut): the ALU pass turns each into a chain of in-place ALU
-    instructions (ADD, SHR, MAX, MIN).
+    instructions (ADD, SHR, MAX, MIN, MUL).
     """
+    if requant is not None:
+        reason = requant.refusal(env)
+        if reason:
+            raise VTACompileError(reason)
+        if (requant.multiplier is None) != (multiplier is not None):
+            raise VTACompileError("a fixed-point requantization needs either an immediate multiplier or a "
+                                  "per-channel multiplier tensor, not both or neither")
+
     def f(*i):
         x = acc(*i)
         if bias is not None:
@@ -71,6 +119,10 @@ def epilogue(env: Environment, acc: te.Tensor, bias: te.Tensor | None, shift: in
             x = x >> shift(*bias_index(i))
         elif shift:
             x = x >> shift
+        if requant is not None:
+            x = te.min(te.max(x, MUL_MIN), MUL_MAX)
+            x = x * (multiplier(*bias_index(i)) if multiplier is not None else requant.multiplier)
+            x = (x + (1 << (requant.post_shift - 1))) >> requant.post_shift
         if clip is not None:
             x = te.min(te.max(x, clip[0]), clip[1])
         if residual is not None and residual.layer_shift:

@@ -36,7 +36,7 @@ from ..transform.common import VTACompileError
 from ..transform.vthread import PIPELINE
 from . import conv_family as F
 from . import packing as P
-from .common import RESIDUAL_PLACES, Residual, divisors, epilogue, find_blocks, mock_names
+from .common import RESIDUAL_PLACES, Requant, Residual, divisors, epilogue, find_blocks, mock_names
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,7 @@ class Conv2D(Operator):
     """2-D convolution with one group (``relax.nn.conv2d``, ``groups=1``)."""
 
     kind = "conv2d"
+    takes_requant = True
     workload_type = Conv2DWorkload
     tiling_type = Conv2DTiling
     relax_ops = ("relax.nn.conv2d",)
@@ -167,7 +168,8 @@ class Conv2D(Operator):
         return None
 
     # ---------------------------------------------------------------------------------------- compute
-    def compute(self, wkl, env=None, *, shift=8, bias=True, clip=(0, 127), channel_shift=False, residual=None):
+    def compute(self, wkl, env=None, *, shift=8, bias=True, clip=(0, 127), channel_shift=False, residual=None,
+                requant=None):
         env = env or get_env()
         if residual is not None and not wkl.residual:
             wkl = dataclasses.replace(wkl, residual=True)
@@ -191,12 +193,16 @@ class Conv2D(Operator):
         if channel_shift:
             shift = te.placeholder(per_channel, env.acc_dtype, name="shift")
             args.append(shift)
+        multiplier = None
+        if requant is not None and requant.multiplier is None:
+            multiplier = te.placeholder(per_channel, env.acc_dtype, name="multiplier")
+            args.append(multiplier)
         shortcut = None
         if residual is not None:
             shortcut = te.placeholder(conv.shape, env.out_dtype, name="shortcut")
             args.append(shortcut)
         _, res = epilogue(env, conv, b, shift, clip, lambda i: (i[0], i[1], 0, 0, i[4], i[5]), residual=residual,
-                          shortcut=shortcut)
+                          shortcut=shortcut, requant=requant, multiplier=multiplier)
         return with_workload(te.create_prim_func(args + [res]), self, wkl)
 
     # ---------------------------------------------------------------------------------------- tiling space
@@ -353,17 +359,20 @@ CONV2D = register(Conv2D())
 # ------------------------------------------------------------------------------------------------ public names
 def conv2d_layer(wkl: Conv2DWorkload, env: Environment | None = None, shift: int = 8, bias: bool = True,
                  clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False,
-                 residual: Residual | None = None):
+                 residual: Residual | None = None, requant: Requant | None = None):
     """A whole layer as a PrimFunc: ``res = int8(clip((conv2d(data, kernel) + bias) >> shift))``.
 
-    Parameters of the function: data, kernel, [bias], [shift], [shortcut], res in packed layouts; input channels
-    are rounded up to the block (C1's 3 channels become BLOCK_IN, zero-padded by the caller). With
+    Parameters of the function: data, kernel, [bias], [shift], [multiplier], [shortcut], res in packed layouts;
+    input channels are rounded up to the block (C1's 3 channels become BLOCK_IN, zero-padded by the caller). With
     ``channel_shift`` the shift is a per-output-channel int32 tensor shaped like the bias. With a ``residual``
     (:class:`~vta_compiler.top.common.Residual`; the layer's workload gets ``residual=True``) an int8 ``shortcut``
-    shaped like ``res`` is added in the epilogue; it needs the ISA extension ``acc_8bit``.
+    shaped like ``res`` is added in the epilogue; it needs the ISA extension ``acc_8bit``. With a ``requant``
+    (:class:`~vta_compiler.top.common.Requant`) a fixed-point multiply follows the shift (ALU MUL, the ISA
+    extension ``alu_mul``): by its immediate multiplier, or without one by a per-channel ``multiplier`` tensor
+    shaped like the bias.
     """
     return CONV2D.compute(wkl, env, shift=shift, bias=bias, clip=clip, channel_shift=channel_shift,
-                          residual=residual)
+                          residual=residual, requant=requant)
 
 
 def conv2d_tiling(wkl: Conv2DWorkload, env: Environment | None = None, acc_operands: int = 1,

@@ -63,6 +63,7 @@ class Dense(Operator):
     """Matrix multiply by a constant weight (``relax.matmul`` of 2-D data)."""
 
     kind = "dense"
+    takes_requant = True
     workload_type = DenseWorkload
     tiling_type = DenseTiling
     relax_ops = ("relax.matmul",)
@@ -99,7 +100,7 @@ class Dense(Operator):
         return None
 
     # ---------------------------------------------------------------------------------------- compute
-    def compute(self, wkl, env=None, *, shift=8, bias=True, clip=(0, 127), channel_shift=False):
+    def compute(self, wkl, env=None, *, shift=8, bias=True, clip=(0, 127), channel_shift=False, requant=None):
         env = env or get_env()
         wkl = self.workload(wkl)
         reason = self.shape_refusal(wkl, env)
@@ -118,7 +119,11 @@ class Dense(Operator):
         if channel_shift:
             shift = te.placeholder((batch // bb, out_features // bo, bb, bo), env.acc_dtype, name="shift")
             args.append(shift)
-        _, res = epilogue(env, acc, b, shift, clip, lambda i: i)
+        multiplier = None
+        if requant is not None and requant.multiplier is None:
+            multiplier = te.placeholder((batch // bb, out_features // bo, bb, bo), env.acc_dtype, name="multiplier")
+            args.append(multiplier)
+        _, res = epilogue(env, acc, b, shift, clip, lambda i: i, requant=requant, multiplier=multiplier)
         return with_workload(te.create_prim_func(args + [res]), self, wkl)
 
     # ---------------------------------------------------------------------------------------- tiling space
@@ -245,11 +250,13 @@ DENSE = register(Dense())
 
 # ------------------------------------------------------------------------------------------------ public names
 def dense_layer(wkl: DenseWorkload, env: Environment | None = None, shift: int = 8, bias: bool = True,
-                clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False):
+                clip: tuple[int, int] | None = (0, 127), channel_shift: bool = False, requant=None):
     """``res = int8(clip((data @ weight.T + bias) >> shift))`` as a PrimFunc over packed tensors.
 
-    With ``channel_shift`` the shift is a per-output-feature int32 tensor shaped like the bias."""
-    return DENSE.compute(wkl, env, shift=shift, bias=bias, clip=clip, channel_shift=channel_shift)
+    With ``channel_shift`` the shift is a per-output-feature int32 tensor shaped like the bias. With a
+    ``requant`` (:class:`~vta_compiler.top.common.Requant`, ISA extension ``alu_mul``) a fixed-point multiply
+    follows the shift, by its immediate or (without one) by a per-feature ``multiplier`` tensor after the shift."""
+    return DENSE.compute(wkl, env, shift=shift, bias=bias, clip=clip, channel_shift=channel_shift, requant=requant)
 
 
 def dense_tiling(wkl: DenseWorkload, env: Environment | None = None, acc_operands: int = 1,

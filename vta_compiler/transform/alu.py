@@ -159,8 +159,8 @@ def analyze_alu(attr, env: Environment) -> AluNest:
                                   "- immediate, max, min, >>, << immediate, copy)")
         kind, a, c = b
         if kind == "mul" and not env.config.isa.has("alu_mul"):
-            raise VTACompileError(f"{what}: a*b would need the ALU MUL operation, which VTA does not support "
-                                  "without ISA extension alu_mul (config key ISA_EXTENSIONS; see README, Semantics)")
+            raise VTACompileError(f"{what}: a*b needs the ALU MUL operation, which VTA does not support on this "
+                                  f"configuration: {env.config.isa.refusal(alu_op=AluOp.MUL)} (see Semantics)")
         in_a, in_c = contains_base(a), contains_base(c)
         if not (in_a or in_c):
             raise VTACompileError(
