@@ -122,16 +122,13 @@ def _ort_static_model(tmp_path):
 
 def test_onnxruntime_static_quantization_is_refused_by_name_or_rounded(tmp_path, fsim):
     """onnxruntime's QDQ scales are any real number: refused, naming the tensors; ``qdq_scales="nearest"`` rounds
-    them to powers of two (the output it leaves in float is calibrated), and the result stays near ONNX Runtime's
-    run of its own quantized file."""
+    them to powers of two, and the result stays near ONNX Runtime's run of its own quantized file."""
     model, xs = _ort_static_model(tmp_path)
     assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) >= 2
     mod, params = graph.from_onnx(model)
     with pytest.raises(graph.QuantizationError, match=r"QDQ scale\(s\) are not powers of two.*qdq_scales='nearest'"):
         graph.quantize(mod, params)
-    with pytest.raises(graph.QuantizationError, match="conv2d_1 has no QuantizeLinear/DequantizeLinear pair"):
-        graph.quantize(mod, params, qdq_scales="nearest")       # onnxruntime leaves the output in float
-    qmod = graph.quantize(mod, params, calibration=xs[1:], qdq_scales="nearest")
+    qmod = graph.quantize(mod, params, qdq_scales="nearest")      # every tensor has its pair: no calibration
     x = xs[0]
     got = run_cpu(qmod, x)[0]
     theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
@@ -141,8 +138,7 @@ def test_onnxruntime_static_quantization_is_refused_by_name_or_rounded(tmp_path,
 
 
 def test_onnxruntime_static_quantization_runs_with_its_own_scales_by_multipliers(tmp_path):
-    """With ``requant="multiply"`` (ALU MUL, ISA extension alu_mul) the model's scales are taken as they are (the
-    output, which the importer leaves without a pair, calibrated on the same inputs as onnxruntime's): within one
+    """With ``requant="multiply"`` (ALU MUL, ISA extension alu_mul) the model's scales are taken as they are: within one
     unit of ONNX Runtime's output scale everywhere, equal (to half a unit) on most values; the power-of-two
     rounding is several units off (a negative control). On fsim with alu_mul: the CPU's bits."""
     import vta_compiler as vta
@@ -158,7 +154,7 @@ def test_onnxruntime_static_quantization_runs_with_its_own_scales_by_multipliers
     diff = np.concatenate([np.abs(run_cpu(qmod, x)[0] - t).ravel() for x, t in zip(xs, theirs)]) / y_scale
     assert diff.max() <= 1.25 and np.mean(diff < 0.5) > 0.85, (diff.max(), np.mean(diff < 0.5))
     rdiff = np.concatenate([np.abs(run_cpu(rounded, x)[0] - t).ravel() for x, t in zip(xs, theirs)]) / y_scale
-    assert rdiff.max() > 3 and np.mean(rdiff < 0.5) < 0.5
+    assert rdiff.max() > 3 and np.mean(rdiff < 0.5) < np.mean(diff < 0.5) - 0.2
     cfg = vta.get_env().config.replace(ISA_EXTENSIONS=("alu_mul",))
     with vta.Environment(cfg) as env:
         vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice(cfg)))

@@ -288,9 +288,11 @@ def canonicalize(g: Graph) -> Graph:
                 n.source = node.source
             k = g.nodes.index(node)
             g.nodes[k:k + 1] = new
+            carry(node, new[1])          # the dense layer; the view after it keeps its exponent
             g.replace_uses(node, new[-1])
         elif new is not None:
             new.source = node.source
+            carry(node, new)             # a QDQ pair on the operator's output is the layer's
             g.nodes[g.nodes.index(node)] = new
             g.replace_uses(node, new)
     changed = True
