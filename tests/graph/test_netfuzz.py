@@ -29,6 +29,16 @@ def test_twenty_random_networks_equal_the_cpu_run():
         assert what in described, what
 
 
+def test_a_concat_of_a_layer_and_the_network_input_builds():
+    """netfuzz's seed 11 (conv -> relu6, concatenated with the network's input, ...): TVM fused host operators with
+    no target of their own and ones built for the host into one function, which graph.build refused as built
+    for different targets; no target means the host's."""
+    net = netfuzz.Network.draw(11, 7)
+    assert "concat" in net.describe()
+    got = netfuzz.check(net, "fsim")
+    assert got.kind == "ok" and got.informative, got.detail
+
+
 class StoreCorruptingFsim(FsimDevice):
     """fsim with a fault: after each run, the first row every STORE wrote has the low bit of each byte flipped."""
 

@@ -151,6 +151,9 @@ def _fusion() -> list:
             if not isinstance(f, relax.Function) or not f.attrs or "Primitive" not in f.attrs:
                 continue
             found = _called_targets(mod, f)
+            explicit = {k: t for k, t in found.items() if t is not None}
+            if "None" in found and len(explicit) == 1 and "cpu" in [str(k) for k in next(iter(explicit.values())).keys]:
+                found = explicit        # an operator without a target is built for the host's: the same one
             if len(found) > 1:
                 raise GraphError(f"graph.build: the host operators fused into {gv.name_hint} are built for "
                                  f"different targets ({', '.join(found)}), which one function cannot be")
