@@ -10,56 +10,14 @@ of both.
 
 from __future__ import annotations
 
-import numpy as np
+from .residual_bench import measure_placements
 
 
 def run(quick: bool = False, tsim: bool = False) -> dict:
-    import tvm
-    from tvm import relax
-
-    import vta_compiler as vta
-    import vta_runtime
-    from sim.fsim import FsimDevice
-    from vta_compiler import graph
-    from vta_compiler.graph.models import imagenet_like, resnet_onnx
-
-    image = 64 if quick else 224
-    repeat = 3 if quick else 5
-    mod, params = graph.from_onnx(resnet_onnx(18, image=image))
-    qmod = graph.quantize(mod, params, calibration=[imagenet_like(1, image, seed=s) for s in (11, 12)])
-    x = imagenet_like(1, image, seed=13)
-    want = relax.VirtualMachine(tvm.compile(qmod, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    cfg = vta.get_env().config.replace(ISA_EXTENSIONS=("alu_mul", "acc_8bit"))
-    out: dict = {"network": f"ResNet-18, {image}x{image}, batch 1", "config": vta.Environment(cfg).MODEL}
-    with vta.Environment(cfg) as env:
-        built = {}
-        for where in ("cpu", "vta"):
-            pmod = graph.graph_pack(qmod, env, residual="vta", pool=where)
-            built[where] = (graph.placement(pmod), graph.build(pmod))
-        for where, (pl, ex) in built.items():
-            vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice(cfg)))
-            try:
-                got = relax.VirtualMachine(ex, [tvm.cpu(), tvm.ext_dev(0)])["main"](tvm.runtime.tensor(x)).numpy()
-            finally:
-                vta_runtime.set_command_queue(None)
-            prof = graph.profile(ex, x, "fsim", env=env, placement=pl, warmup=1, repeat=repeat)
-            out[where] = {
-                "exact": bool(np.array_equal(got, want)),
-                "host_ops": len([r for r in pl.rows if r["device"] == "CPU"]),
-                "vta_pools": [f"{r['op']}: {r['note']}" for r in pl.vta_rows if "pool" in r["op"]],
-                "host_s": prof.host_seconds(),
-                "host_op_calls": sum(h.calls for h in prof.host_ops),
-                "runtime_s": sum(ly.host_seconds for ly in prof.layers),
-                "slowest_host_ops": [(h.name, h.seconds) for h in sorted(prof.host_ops, key=lambda h: -h.seconds)[:4]],
-            }
-            if tsim:
-                from sim.tsim import verilator_available
-
-                from .network_bench import vta_part_on_tsim
-                if verilator_available():
-                    t = vta_part_on_tsim(ex, x, cfg)
-                    out[where].update(tsim_exact=bool(np.array_equal(t["output"], want)),
-                                      tsim_vta_cycles=int(sum(t["cycles"])))
+    def rows(pl, prof):
+        return {"vta_pools": [f"{r['op']}: {r['note']}" for r in pl.vta_rows if "pool" in r["op"]],
+                "slowest_host_ops": [(h.name, h.seconds) for h in sorted(prof.host_ops, key=lambda h: -h.seconds)[:4]]}
+    out = measure_placements(quick, tsim, {w: {"residual": "vta", "pool": w} for w in ("cpu", "vta")}, rows)
     cpu, on_vta = out["cpu"], out["vta"]
     out["host_s_ratio"] = on_vta["host_s"] / cpu["host_s"] if cpu["host_s"] else 0.0
     print(f"{out['network']} on fsim, {out['config']}, residual adds fused:")

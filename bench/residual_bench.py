@@ -13,7 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 
-def run(quick: bool = False, tsim: bool = False) -> dict:
+def measure_placements(quick: bool, tsim: bool, pack_options: dict[str, dict], rows) -> dict:
+    """ResNet-18 quantized once, packed once per ``pack_options`` entry (``graph_pack``'s keywords) on the default
+    config ``+ext``, run on fsim (and tsim): per entry, exactness against the CPU int8 run, host ops and their
+    time, the runtime's host work, and ``rows(placement, profile)``'s own figures."""
     import tvm
     from tvm import relax
 
@@ -33,8 +36,8 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
     out: dict = {"network": f"ResNet-18, {image}x{image}, batch 1", "config": vta.Environment(cfg).MODEL}
     with vta.Environment(cfg) as env:
         built = {}
-        for where in ("cpu", "vta"):
-            pmod = graph.graph_pack(qmod, env, residual=where)
+        for where, options in pack_options.items():
+            pmod = graph.graph_pack(qmod, env, **options)
             built[where] = (graph.placement(pmod), graph.build(pmod))
         for where, (pl, ex) in built.items():
             vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice(cfg)))
@@ -46,10 +49,10 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
             out[where] = {
                 "exact": bool(np.array_equal(got, want)),
                 "host_ops": len([r for r in pl.rows if r["device"] == "CPU"]),
-                "fused_residuals": len([r for r in pl.vta_rows if "residual" in r]),
                 "host_s": prof.host_seconds(),
                 "host_op_calls": sum(h.calls for h in prof.host_ops),
                 "runtime_s": sum(ly.host_seconds for ly in prof.layers),
+                **rows(pl, prof),
             }
             if tsim:
                 from sim.tsim import verilator_available
@@ -59,6 +62,12 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
                     t = vta_part_on_tsim(ex, x, cfg)
                     out[where].update(tsim_exact=bool(np.array_equal(t["output"], want)),
                                       tsim_vta_cycles=int(sum(t["cycles"])))
+    return out
+
+
+def run(quick: bool = False, tsim: bool = False) -> dict:
+    out = measure_placements(quick, tsim, {"cpu": {"residual": "cpu"}, "vta": {"residual": "vta"}},
+                             lambda pl, prof: {"fused_residuals": len([r for r in pl.vta_rows if "residual" in r])})
     cpu, fused = out["cpu"], out["vta"]
     out["host_s_ratio"] = fused["host_s"] / cpu["host_s"] if cpu["host_s"] else 0.0
     print(f"{out['network']} on fsim, {out['config']}:")
