@@ -3,14 +3,26 @@
 It owns the UOP and ACC SRAMs, reads INP and WGT, and is the only writer of OUT. With the ISA
 extension ``acc_8bit`` it also runs ACC_8BIT loads: a second ACC loader whose DRAM elements are
 BATCH*BLOCK_OUT int8 values, sign-extended into the lanes, on the same AXI client as the ACC one.
+
+GEMM and ALU instructions run on two engines at once (``tensor_compute``): while the GEMM engine
+works on one tile, the ALU engine requantizes the tile before it. Instructions are taken in order.
+Before a GEMM or ALU instruction is started, the sequencer scans its uops (on a copy of the UOP SRAM
+that no engine is reading) for its ACC footprint: the interval of destinations (and of ALU sources)
+its loop can touch. It starts when its footprint is disjoint from the other engine's unfinished
+instructions: the one GEMM in the GEMM engine, or the ALU instructions in the ALU queue
+(``ALU_QUEUE`` deep; the ALU engine runs them in order). A LOAD (UOP, ACC, ACC_8BIT) or FINISH waits
+until both engines are done, so no engine ever reads what a load writes.
+
 Dependency tokens (spec 2.3): pop_prev waits on l2g, pop_next on s2g (before the instruction); push_prev
-gives g2l, push_next gives g2s (after the instruction's last SRAM write). FINISH stops the module
-(``finished``); the core then checks that the run is balanced.
+gives g2l, push_next gives g2s, after the instruction's last SRAM write and after every older
+instruction's: instructions retire in order, so the other modules see the sequential machine. An
+index error is reported when the faulting instruction retires, with its own index. FINISH stops the
+module (``finished``); the core then checks that the run is balanced.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -18,11 +30,16 @@ from vta_hw.spec import MemType, Opcode
 from vta_hw.spec.regmap import DmaClient, ErrorCode
 
 from .axi import ReadClientSignature
-from .cmdproc import drive_status, latch_error, module_status_members, sequence_commands
+from .cmdproc import drive_status, latch_error, module_status_members
 from .layouts import INDEX_BITS
-from .sram import Sram, SramReadSignature, SramWriteSignature
+from .sram import READ_LATENCY, Sram, SramReadSignature, SramWriteSignature
 from .tensor_compute import TensorCompute
 from .tensor_load import TensorLoad
+
+#: ALU instructions that may wait or run beside a GEMM (a tile's epilogue is 4-6 of them)
+ALU_QUEUE = 8
+#: width of a footprint bound (an index of the loop can reach about 2^26)
+BOUND_BITS = 30
 
 
 class Compute(wiring.Component):
@@ -53,8 +70,9 @@ class Compute(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, lay = self.cfg, self.layouts
-        # with MUL the uop loop may hold the UOP read for a cycle
-        m.submodules.uop_sram = uop_sram = Sram(cfg.UOP_BUFF_DEPTH, 32, "uop", read_enable=cfg.isa.has("alu_mul"))
+        # one copy of the UOP SRAM per engine (both written by the UOP loader)
+        m.submodules.uop_sram = uop_sram = Sram(cfg.UOP_BUFF_DEPTH, 32, "uop")
+        m.submodules.uop_alu_sram = uop_alu_sram = Sram(cfg.UOP_BUFF_DEPTH, 32, "uop", read_enable=True)
         m.submodules.acc_sram = acc_sram = Sram(cfg.ACC_BUFF_DEPTH, cfg.ACC_ELEM_BITS, "acc")
         m.submodules.tc = tc = TensorCompute(lay)
         m.submodules.uop_load = uop_load = TensorLoad(lay, 32, self.data_bits, uop_sram.addr_bits)
@@ -73,10 +91,11 @@ class Compute(wiring.Component):
         wiring.connect(m, wiring.flipped(self.inp_rd), tc.inp_rd)
         wiring.connect(m, wiring.flipped(self.wgt_rd), tc.wgt_rd)
         wiring.connect(m, wiring.flipped(self.out_wr), tc.out_wr)
-        wiring.connect(m, tc.uop_rd, uop_sram.rd)
         wiring.connect(m, tc.acc_rd, acc_sram.rd)
-        wiring.connect(m, uop_load.sram, uop_sram.wr)
-        # ACC write port: an ACC load or the uop loop (never two at once)
+        for sram in (uop_sram, uop_alu_sram):
+            m.d.comb += [sram.wr.addr.eq(uop_load.sram.addr), sram.wr.data.eq(uop_load.sram.data),
+                         sram.wr.en.eq(uop_load.sram.en)]
+        # ACC write port: an ACC load or the engines (never both: loads wait for the engines)
         for k, ld in enumerate(acc_loads):
             with (m.If(ld.busy) if k == 0 else m.Elif(ld.busy)):
                 m.d.comb += [acc_sram.wr.addr.eq(ld.sram.addr), acc_sram.wr.data.eq(ld.sram.data),
@@ -92,8 +111,11 @@ class Compute(wiring.Component):
         insn = Signal(128)
         index = Signal(INDEX_BITS)
         mem = data.View(lay.mem, insn)
-        m.d.comb += [uop_load.insn.eq(insn), tc.insn.eq(insn)] + [ld.insn.eq(insn) for ld in acc_loads]
+        g = data.View(lay.gemm, insn)
+        a = data.View(lay.alu, insn)
+        m.d.comb += [uop_load.insn.eq(insn)] + [ld.insn.eq(insn) for ld in acc_loads]
         op = mem.opcode
+        is_gemm, is_alu = op == Opcode.GEMM, op == Opcode.ALU
         need_l2g = mem.pop_prev_dep & ~self.l2g_avail
         need_s2g = mem.pop_next_dep & ~self.s2g_avail
         waiting = need_l2g | need_s2g
@@ -103,41 +125,245 @@ class Compute(wiring.Component):
             dma_idle &= ld.dma_idle
             loads_busy |= ld.busy
 
-        def start():
-            with m.If(op == Opcode.LOAD):
-                m.d.comb += uop_load.start.eq(mem.memory_type == MemType.UOP)
-                if acc8:
-                    is8 = mem.memory_type == MemType.ACC_8BIT
-                    m.d.comb += [acc_load.start.eq(mem.memory_type == MemType.ACC), acc8_load.start.eq(is8)]
-                    with m.If(mem.memory_type != MemType.UOP):
-                        m.d.sync += use8.eq(is8)
-                else:
-                    m.d.comb += acc_load.start.eq(mem.memory_type != MemType.UOP)
-            with m.Else():
-                m.d.comb += tc.start.eq(1)
+        # ---- the GEMM in the GEMM engine (until it retires)
+        g_unret, g_running, g_done = Signal(), Signal(), Signal()
+        g_index, g_push_prev, g_push_next = Signal(INDEX_BITS), Signal(), Signal()
+        g_older = Signal(range(ALU_QUEUE + 1))      # ALU instructions ahead of it, not retired yet
+        g_lo, g_hi, g_empty = Signal(BOUND_BITS), Signal(BOUND_BITS), Signal()
 
-        # loads of x_size 0 and FINISH only do their token work
-        works = Mux(op == Opcode.LOAD, mem.x_size != 0, (op == Opcode.GEMM) | (op == Opcode.ALU))
-        idle, stalled, retiring = sequence_commands(
-            m, self, insn=insn, index=index, halt=halt, waiting=waiting, skip=~works,
-            done=~loads_busy & ~tc.busy, start=start, accept=~self.finished,
-            pop=[self.l2g_pop.eq(mem.pop_prev_dep), self.s2g_pop.eq(mem.pop_next_dep)],
-            push=[self.g2l_push.eq(mem.push_prev_dep), self.g2s_push.eq(mem.push_next_dep)])
-        with m.If(retiring & (op == Opcode.FINISH)):
-            m.d.sync += self.finished.eq(1)
-        drive_status(m, self, idle=idle, waiting=stalled, index=index, dma_idle=dma_idle,
-                     halt=halt, done=self.finished, engines_idle=~tc.busy)
+        # ---- the ALU queue: a ring of entries, head (oldest) .. tail; ``run`` is the next to start
+        def ring(name, shape=1):
+            return Array(Signal(shape, name=f"q{k}_{name}") for k in range(ALU_QUEUE))
+        q_valid, q_started, q_done, q_behind = ring("valid"), ring("started"), ring("done"), ring("behind")
+        q_insn, q_index = ring("insn", 128), ring("index", INDEX_BITS)
+        q_push_prev, q_push_next, q_empty, q_src = ring("push_prev"), ring("push_next"), ring("empty"), ring("src")
+        q_dlo, q_dhi = ring("dlo", BOUND_BITS), ring("dhi", BOUND_BITS)
+        q_slo, q_shi = ring("slo", BOUND_BITS), ring("shi", BOUND_BITS)
+        q_err, q_err_op, q_err_val = ring("err"), ring("err_op", 3), ring("err_val", 32)
+        qb = (ALU_QUEUE - 1).bit_length()
+        q_head, q_tail, q_run = Signal(qb), Signal(qb), Signal(qb)
+        q_count = Signal(range(ALU_QUEUE + 1))
+        alu_running = Signal()
+
+        # ---- footprint of the instruction the sequencer holds
+        f_dmin, f_dmax, f_smin, f_smax = (Signal(BOUND_BITS, name=f"f_{n}") for n in ("dmin", "dmax", "smin", "smax"))
+        f_wmax = Signal(BOUND_BITS)
+        p_do, p_di, p_so, p_si, p_wo, p_wi = (Signal(BOUND_BITS, name=f"p_{n}") for n in ("do", "di", "so", "si",
+                                                                                          "wo", "wi"))
+        # an instruction whose loop leaves a buffer (it will stop with INDEX_RANGE) runs alone: everything
+        # older has retired when it starts, nothing younger starts before it retires (precise errors)
+        f_fault = Signal()
+        f_lo, f_hi, f_slo, f_shi, f_whi = (Signal(BOUND_BITS, name=f"f_{n}") for n in ("lo", "hi", "slo", "shi", "whi"))
+        f_empty = Signal()
+        f_src = Signal()     # an ALU with a register operand: its sources are in ACC too
+        f_src_now = is_alu & ~a.use_imm
+        empty_now = (g.uop_end <= g.uop_bgn) | (g.iter_out == 0) | (g.iter_in == 0)
+
+        def overlap(lo0, hi0, lo1, hi1):
+            return (lo0 <= hi1) & (lo1 <= hi0)
+
+        # conflicts of the held instruction, registered (the other engine's work only shrinks meanwhile)
+        conflict_now = Signal()
+        with m.If(is_gemm):
+            hits = 0
+            for k in range(ALU_QUEUE):
+                hit = q_valid[k] & ~q_empty[k] & (overlap(f_lo, f_hi, q_dlo[k], q_dhi[k]) |
+                                                  (q_src[k] & overlap(f_lo, f_hi, q_slo[k], q_shi[k])))
+                hits = hits | hit
+            m.d.comb += conflict_now.eq(~f_empty & hits)
+        with m.Else():
+            m.d.comb += conflict_now.eq(~f_empty & g_unret & ~g_empty &
+                                        (overlap(f_lo, f_hi, g_lo, g_hi) | (f_src & overlap(f_slo, f_shi, g_lo, g_hi))))
+        conflict_q, checked = Signal(), Signal()
+        unretired = g_unret | (q_count != 0)
+
+        # ---- the uop scan: on the GEMM engine's UOP copy if its loop is idle, else on the ALU engine's
+        # copy if that engine has nothing to run
+        sc_on_alu, sc_active, sc_addr, sc_left = Signal(), Signal(), Signal(len(g.uop_end)), Signal(len(g.uop_end))
+        sc_pipe = [Signal(name=f"sc_v{k}") for k in range(READ_LATENCY)]
+        alu_idle = ~alu_running & (q_count == 0)
+        m.d.comb += [uop_sram.rd.addr.eq(Mux(sc_active & ~sc_on_alu, sc_addr, tc.uop_rd.addr)),
+                     uop_alu_sram.rd.addr.eq(Mux(sc_active & sc_on_alu, sc_addr, tc.alu_uop_rd.addr)),
+                     uop_alu_sram.rd.en.eq(Mux(sc_active & sc_on_alu, 1, tc.alu_uop_rd.en)),
+                     tc.uop_rd.data.eq(uop_sram.rd.data), tc.alu_uop_rd.data.eq(uop_alu_sram.rd.data)]
+        sc_data = data.View(lay.uop, Mux(sc_on_alu, uop_alu_sram.rd.data, uop_sram.rd.data))
+        m.d.sync += [sc_pipe[0].eq(sc_active & (sc_left != 0))] + \
+            [sc_pipe[k].eq(sc_pipe[k - 1]) for k in range(1, READ_LATENCY)]
+        with m.If(sc_active & (sc_left != 0)):
+            m.d.sync += [sc_addr.eq(sc_addr + 1), sc_left.eq(sc_left - 1)]
+        with m.If(sc_pipe[-1]):
+            d, s = sc_data.dst_idx, sc_data.src_idx
+            w = sc_data.wgt_idx
+            m.d.sync += [f_dmin.eq(Mux(d < f_dmin, d, f_dmin)), f_dmax.eq(Mux(d > f_dmax, d, f_dmax)),
+                         f_smin.eq(Mux(s < f_smin, s, f_smin)), f_smax.eq(Mux(s > f_smax, s, f_smax)),
+                         f_wmax.eq(Mux(w > f_wmax, w, f_wmax))]
+        scan_done = sc_active & (sc_left == 0) & ~Cat(*sc_pipe).any()
+
+        gemm_go, alu_go = Signal(), Signal()
+        seq_push = Signal()
+        with m.FSM(init="IDLE", name="sequence") as fsm:
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(~halt & ~self.finished)
+                with m.If(self.cmd.valid & self.cmd.ready):
+                    m.d.sync += [insn.eq(self.cmd.payload.insn), index.eq(self.cmd.payload.index)]
+                    m.next = "WAIT"
+            with m.State("WAIT"):
+                with m.If(halt):
+                    m.next = "IDLE"
+                with m.Elif(~waiting):
+                    m.d.comb += [self.l2g_pop.eq(mem.pop_prev_dep), self.s2g_pop.eq(mem.pop_next_dep)]
+                    with m.If(is_gemm | is_alu):
+                        m.d.sync += [
+                            f_empty.eq(empty_now), f_src.eq(f_src_now), checked.eq(0), f_fault.eq(0),
+                            f_dmin.eq(-1), f_dmax.eq(0), f_smin.eq(-1), f_smax.eq(0),
+                            p_do.eq((g.iter_out - 1) * g.dst_factor_out),
+                            p_di.eq((g.iter_in - 1) * g.dst_factor_in),
+                            p_so.eq((g.iter_out - 1) * Mux(is_alu, a.src_factor_out, g.src_factor_out)),
+                            p_si.eq((g.iter_in - 1) * Mux(is_alu, a.src_factor_in, g.src_factor_in)),
+                            p_wo.eq((g.iter_out - 1) * g.wgt_factor_out), p_wi.eq((g.iter_in - 1) * g.wgt_factor_in),
+                            f_wmax.eq(0),
+                            sc_addr.eq(g.uop_bgn), sc_left.eq(g.uop_end - g.uop_bgn),
+                        ]
+                        with m.If(empty_now):
+                            m.next = "CHECK"
+                        with m.Else():
+                            m.next = "SCAN"
+                    with m.Else():
+                        m.next = "DRAIN"
+            with m.State("SCAN"):
+                with m.If(halt):
+                    m.d.sync += sc_active.eq(0)
+                    m.next = "IDLE"
+                with m.Elif(~sc_active):
+                    with m.If(tc.gemm_uop_free):
+                        m.d.sync += [sc_active.eq(1), sc_on_alu.eq(0)]
+                    with m.Elif(alu_idle & tc.alu_uop_free):
+                        m.d.sync += [sc_active.eq(1), sc_on_alu.eq(1)]
+                with m.Elif(scan_done):
+                    m.d.sync += [sc_active.eq(0),
+                                 f_lo.eq(f_dmin), f_hi.eq(f_dmax + p_do + p_di),
+                                 f_slo.eq(f_smin), f_shi.eq(f_smax + p_so + p_si), f_whi.eq(f_wmax + p_wo + p_wi)]
+                    m.next = "BOUNDS"
+            with m.State("BOUNDS"):
+                dst_out = f_hi >= cfg.ACC_BUFF_DEPTH
+                src_out = Mux(is_alu, f_src & (f_shi >= cfg.ACC_BUFF_DEPTH),
+                              ~g.reset_reg & ((f_shi >= cfg.INP_BUFF_DEPTH) | (f_whi >= cfg.WGT_BUFF_DEPTH)))
+                m.d.sync += f_fault.eq(dst_out | src_out)
+                m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.sync += [conflict_q.eq(conflict_now), checked.eq(1)]
+                with m.If(halt):
+                    m.next = "IDLE"
+                with m.Elif(checked & ~conflict_q & Mux(is_gemm, ~g_unret, q_count != ALU_QUEUE) &
+                            (~f_fault | ~unretired)):
+                    m.d.comb += [gemm_go.eq(is_gemm), alu_go.eq(is_alu)]
+                    with m.If(f_fault):
+                        m.next = "ALONE"
+                    with m.Else():
+                        m.next = "IDLE"
+            with m.State("ALONE"):
+                with m.If(halt | ~unretired):
+                    m.next = "IDLE"
+            with m.State("DRAIN"):
+                with m.If(halt):
+                    m.next = "IDLE"
+                with m.Elif(~g_unret & (q_count == 0)):
+                    works = (op == Opcode.LOAD) & (mem.x_size != 0)
+                    with m.If(works):
+                        with m.If(op == Opcode.LOAD):
+                            m.d.comb += uop_load.start.eq(mem.memory_type == MemType.UOP)
+                            if acc8:
+                                is8 = mem.memory_type == MemType.ACC_8BIT
+                                m.d.comb += [acc_load.start.eq(mem.memory_type == MemType.ACC),
+                                             acc8_load.start.eq(is8)]
+                                with m.If(mem.memory_type != MemType.UOP):
+                                    m.d.sync += use8.eq(is8)
+                            else:
+                                m.d.comb += acc_load.start.eq(mem.memory_type != MemType.UOP)
+                        m.next = "EXECUTING"
+                    with m.Else():
+                        m.next = "PUSH"
+            with m.State("EXECUTING"):
+                with m.If(halt):
+                    m.next = "IDLE"
+                with m.Elif(~loads_busy):
+                    m.next = "PUSH"
+            with m.State("PUSH"):
+                with m.If(halt):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += seq_push.eq(1)
+                    m.next = "IDLE"
+
+        # ---- start a GEMM, queue an ALU instruction
+        m.d.comb += [tc.gemm_insn.eq(insn), tc.gemm_start.eq(gemm_go)]
+        with m.If(gemm_go):
+            m.d.sync += [g_unret.eq(1), g_running.eq(1), g_done.eq(0), g_index.eq(index),
+                         g_push_prev.eq(mem.push_prev_dep), g_push_next.eq(mem.push_next_dep),
+                         g_lo.eq(f_lo), g_hi.eq(f_hi), g_empty.eq(f_empty)]
+        with m.If(alu_go):
+            t = q_tail
+            m.d.sync += [q_valid[t].eq(1), q_started[t].eq(0), q_done[t].eq(0), q_err[t].eq(0),
+                         q_behind[t].eq(g_unret), q_insn[t].eq(insn), q_index[t].eq(index),
+                         q_push_prev[t].eq(mem.push_prev_dep), q_push_next[t].eq(mem.push_next_dep),
+                         q_empty[t].eq(f_empty), q_src[t].eq(f_src), q_dlo[t].eq(f_lo), q_dhi[t].eq(f_hi),
+                         q_slo[t].eq(f_slo), q_shi[t].eq(f_shi), q_tail.eq(t + 1)]
+
+        # ---- the ALU engine runs the queue in order (not past an instruction that failed)
+        alu_start = ~alu_running & q_valid[q_run] & ~q_started[q_run] & ~tc.alu_error & ~halt
+        m.d.comb += [tc.alu_insn.eq(q_insn[q_run]), tc.alu_start.eq(alu_start)]
+        with m.If(alu_start):
+            m.d.sync += [alu_running.eq(1), q_started[q_run].eq(1)]
+        with m.If(alu_running & ~tc.alu_busy):
+            m.d.sync += [alu_running.eq(0), q_done[q_run].eq(1), q_err[q_run].eq(tc.alu_error),
+                         q_err_op[q_run].eq(tc.alu_error_operand), q_err_val[q_run].eq(tc.alu_error_value),
+                         q_run.eq(q_run + 1)]
+        g_err = Signal()
+        with m.If(g_running & ~tc.gemm_busy):
+            m.d.sync += [g_running.eq(0), g_done.eq(1), g_err.eq(tc.gemm_error)]
+
+        # ---- retire in order: the ALU queue's head, or the GEMM once the ALU instructions ahead of it have
+        h = q_head
+        alu_retire = ~halt & ~self.error & q_valid[h] & q_done[h] & ~q_behind[h]
+        gemm_retire = ~halt & ~self.error & ~alu_retire & g_unret & g_done & (g_older == 0)
+        push_prev, push_next = Signal(), Signal()
+        with m.If(alu_retire):
+            m.d.sync += [q_valid[h].eq(0), q_head.eq(h + 1), self.retired.eq(q_index[h] + 1)]
+            with m.If(g_unret & (g_older != 0)):
+                m.d.sync += g_older.eq(g_older - 1)
+            with m.If(q_err[h]):
+                latch_error(m, self, ErrorCode.INDEX_RANGE, q_err_op[h], q_err_val[h], q_index[h])
+            with m.Else():
+                m.d.comb += [push_prev.eq(q_push_prev[h]), push_next.eq(q_push_next[h])]
+        with m.If(gemm_retire):
+            m.d.sync += [g_unret.eq(0), self.retired.eq(g_index + 1)] + [q_behind[k].eq(0) for k in range(ALU_QUEUE)]
+            with m.If(g_err):
+                latch_error(m, self, ErrorCode.INDEX_RANGE, tc.gemm_error_operand, tc.gemm_error_value, g_index)
+            with m.Else():
+                m.d.comb += [push_prev.eq(g_push_prev), push_next.eq(g_push_next)]
+        with m.If(gemm_go):
+            # every ALU instruction in the queue is older; those retiring this cycle no longer count
+            m.d.sync += g_older.eq(q_count - alu_retire)
+        with m.If(seq_push):
+            m.d.comb += [push_prev.eq(mem.push_prev_dep), push_next.eq(mem.push_next_dep)]
+            m.d.sync += self.retired.eq(index + 1)
+            with m.If(op == Opcode.FINISH):
+                m.d.sync += self.finished.eq(1)
+        m.d.comb += [self.g2l_push.eq(push_prev), self.g2s_push.eq(push_next)]
+        m.d.sync += q_count.eq(q_count + alu_go - alu_retire)
+
+        idle = fsm.ongoing("IDLE")
+        drive_status(m, self, idle=idle, waiting=fsm.ongoing("WAIT") & waiting, index=index, dma_idle=dma_idle,
+                     halt=halt, done=self.finished, engines_idle=halt | (~tc.busy & ~unretired))
         m.d.comb += [
             self.uop_elem.eq(uop_load.data_elem), self.acc_elem.eq(acc_load.data_elem),
             self.acc8_elem.eq(acc8_load.data_elem if acc8 else 0),
             self.gemm_uop.eq(tc.gemm_uop), self.alu_uop.eq(tc.alu_uop),
             self.gemm_active.eq(tc.gemm_active), self.alu_active.eq(tc.alu_active),
         ]
-        # errors (sticky until the next START resets the module)
+        # DMA errors of the loads (which run alone); index errors are latched as their instruction retires
         with m.If(~self.error):
-            with m.If(tc.error):
-                latch_error(m, self, ErrorCode.INDEX_RANGE, tc.error_operand, tc.error_value, index)
-            with m.Elif(uop_load.error):
+            with m.If(uop_load.error):
                 latch_error(m, self, ErrorCode.DRAM_ACCESS, DmaClient.UOP, uop_load.error_addr, index)
             for ld in acc_loads:
                 with m.Elif(ld.error):

@@ -20,6 +20,7 @@ from vta_hw.fetch import Fetch
 from vta_hw.layouts import Layouts
 from vta_hw.load import Load
 from vta_hw.regfile import RegFile
+from vta_hw.spec import Opcode
 from vta_hw.spec.regmap import DmaClient
 from vta_hw.sram import READ_LATENCY, Sram
 from vta_hw.store import Store
@@ -45,6 +46,34 @@ def _walk(obj, path):
     return obj
 
 
+class TensorComputeOneAtATime(wiring.Component):
+    """The two engines of ``TensorCompute`` behind one instruction port, as the unit suites drive them:
+    ``start`` gives ``insn`` to the engine of its opcode; ``busy`` and the error outputs cover both."""
+
+    def __init__(self, lay):
+        self.tc = TensorCompute(lay)
+        sig = self.tc.signature.members
+        super().__init__({
+            "start": In(1), "insn": In(128), "busy": Out(1), "halt": In(1),
+            "error": Out(1), "error_operand": Out(3), "error_value": Out(32), "gemm_uop": Out(1), "alu_uop": Out(1),
+            **{k: sig[k] for k in ("uop_rd", "alu_uop_rd", "inp_rd", "wgt_rd", "acc_rd", "acc_wr", "out_wr")},
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.tc = tc = self.tc
+        for k in ("uop_rd", "alu_uop_rd", "inp_rd", "wgt_rd", "acc_rd", "acc_wr", "out_wr"):
+            wiring.connect(m, wiring.flipped(getattr(self, k)), getattr(tc, k))
+        is_alu = self.insn[:3] == Opcode.ALU
+        m.d.comb += [tc.gemm_insn.eq(self.insn), tc.alu_insn.eq(self.insn), tc.halt.eq(self.halt),
+                     tc.gemm_start.eq(self.start & ~is_alu), tc.alu_start.eq(self.start & is_alu),
+                     self.busy.eq(tc.busy), self.gemm_uop.eq(tc.gemm_uop), self.alu_uop.eq(tc.alu_uop),
+                     self.error.eq(tc.gemm_error | tc.alu_error),
+                     self.error_operand.eq(Mux(tc.alu_error, tc.alu_error_operand, tc.gemm_error_operand)),
+                     self.error_value.eq(Mux(tc.alu_error, tc.alu_error_value, tc.gemm_error_value))]
+        return m
+
+
 ALL_UNITS = ("fetch", "load", "store", "tc", "tok", "regs", "arb")
 
 
@@ -58,7 +87,7 @@ class UnitTop(wiring.Component):
             "fetch": lambda: Fetch(lay, dw),
             "load": lambda: Load(lay, dw),
             "store": lambda: Store(lay, dw),
-            "tc": lambda: TensorCompute(lay),
+            "tc": lambda: TensorComputeOneAtATime(lay),
             "tok": TokenQueue,
             "regs": RegFile,
             "acc8": lambda: TensorLoad(lay, cfg.OUT_ELEM_BITS, dw, ab, lane_bits=cfg.ACC_WIDTH),
@@ -74,7 +103,7 @@ class UnitTop(wiring.Component):
         self.arbs = {name: arbs[name]() for name in units if name in arbs}
         self.skip = {
             "fetch": ("axi",), "load": ("inp_axi", "wgt_axi"), "store": ("axi", "out_rd"),
-            "tc": ("uop_rd", "inp_rd", "wgt_rd", "acc_rd", "acc_wr", "out_wr"), "tok": (), "regs": ("bus",),
+            "tc": ("uop_rd", "alu_uop_rd", "inp_rd", "wgt_rd", "acc_rd", "acc_wr", "out_wr"), "tok": (), "regs": ("bus",),
             "acc8": ("axi",),
         }
         members = {}
@@ -187,12 +216,12 @@ class UnitTop(wiring.Component):
         """tensor compute: five SRAMs; the backdoor takes their ports while tc_bd_active."""
         cfg = self.cfg
         srams = {
-            "uop": Sram(cfg.UOP_BUFF_DEPTH, 32, read_enable=cfg.isa.has("alu_mul")),
+            "uop": Sram(cfg.UOP_BUFF_DEPTH, 32), "uop_alu": Sram(cfg.UOP_BUFF_DEPTH, 32, read_enable=True),
             "inp": Sram(cfg.INP_BUFF_DEPTH, cfg.INP_ELEM_BITS),
             "wgt": Sram(cfg.WGT_BUFF_DEPTH, cfg.WGT_ELEM_BITS), "acc": Sram(cfg.ACC_BUFF_DEPTH, cfg.ACC_ELEM_BITS),
             "out": Sram(cfg.ACC_BUFF_DEPTH, cfg.OUT_ELEM_BITS),
         }
-        ports = {"uop": (tc.uop_rd, None), "inp": (tc.inp_rd, None), "wgt": (tc.wgt_rd, None),
+        ports = {"uop": (tc.uop_rd, None), "uop_alu": (tc.alu_uop_rd, None), "inp": (tc.inp_rd, None), "wgt": (tc.wgt_rd, None),
                  "acc": (tc.acc_rd, tc.acc_wr), "out": (None, tc.out_wr)}
         bd = self.tc_bd_active
         rdata = Signal(cfg.WGT_ELEM_BITS)
@@ -204,7 +233,7 @@ class UnitTop(wiring.Component):
         for name, s in srams.items():
             m.submodules[f"tc_{name}"] = s
             rd, wr = ports[name]
-            mine = self.tc_bd_mem == BACKDOOR[name]
+            mine = self.tc_bd_mem == BACKDOOR[name.split("_")[0]]     # both UOP copies take a UOP write
             m.d.comb += s.rd.addr.eq(Mux(bd, self.tc_bd_addr, rd.addr if rd is not None else 0))
             if s.read_enable:   # the uop loop may hold its read (MUL); the backdoor always reads
                 m.d.comb += s.rd.en.eq(bd | rd.en)
@@ -216,6 +245,6 @@ class UnitTop(wiring.Component):
             if wr is not None:
                 with m.Else():
                     m.d.comb += [s.wr.addr.eq(wr.addr), s.wr.data.eq(wr.data), s.wr.en.eq(wr.en)]
-            with m.If(sel_q == BACKDOOR[name]):
+            with m.If((sel_q == BACKDOOR[name]) if name in BACKDOOR else 0):
                 m.d.comb += rdata.eq(s.rd.data)
         m.d.comb += self.tc_bd_rdata.eq(rdata)
