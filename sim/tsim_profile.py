@@ -54,6 +54,7 @@ class Interval:
     pops: tuple[str, ...] = ()         # token queues it waited on (l2g, g2l, g2s, s2g)
     pushes: tuple[str, ...] = ()       # token queues it pushed to when it retired
     retired: bool = True               # False: the run stopped (an error) before it retired
+    issued: int | None = None          # compute: the sequencer let it go to its engine (end: it retired)
 
     @property
     def cycles(self) -> int:
@@ -157,13 +158,23 @@ def decode_run(isa: Isa, words: np.ndarray, events: np.ndarray, start_cycle: int
             i = mine[k]
             j = np.searchsorted(busy_rises, a)
             busy_at = int(busy_rises[j]) if j < len(busy_rises) and busy_rises[j] < b else b
-            # the retired index as it reads from the cycle the module went idle
-            after = np.searchsorted(cyc, b, side="right") - 1
-            retired = b < span and int(val[after]) == i + 1
             f = decoded[i]
+            end, issued = b, None
+            if module == "compute":
+                # GEMM and ALU retire after the sequencer lets them go (their engine may still run), in order:
+                # the cycle the retired index reaches i + 1
+                later = np.nonzero(val >= i + 1)[0]
+                retired = len(later) > 0
+                if retired:
+                    end, issued = max(b, int(cyc[later[0]])), b
+            else:
+                # the retired index as it reads from the cycle the module went idle
+                after = np.searchsorted(cyc, b, side="right") - 1
+                retired = b < span and int(val[after]) == i + 1
             intervals[module].append(Interval(
-                module, i, names[i], a, b, stall=(a, busy_at) if busy_at > a else None,
-                pops=tuple(token_pops(stage, f)), pushes=tuple(token_pushes(stage, f)), retired=retired))
+                module, i, names[i], a, end, stall=(a, busy_at) if busy_at > a else None,
+                pops=tuple(token_pops(stage, f)), pushes=tuple(token_pushes(stage, f)), retired=retired,
+                issued=issued))
 
     # fetch: instruction i from the dispatch of i - 1 to its own; stalled while it waited for queue room
     cyc, st, val = _track(events, FETCH, start_cycle, end_cycle)
@@ -177,18 +188,26 @@ def decode_run(isa: Isa, words: np.ndarray, events: np.ndarray, start_cycle: int
             intervals["fetch"].append(Interval("fetch", i, names[i], a, b, stall=stall))
             prev = b
 
-    # GEMM and ALU: active stretches, attached to the compute instruction they fall in
+    # GEMM and ALU: active stretches, attached in order to the instructions of their engine whose loop is
+    # not empty (each engine runs its instructions one at a time, in order)
     engines = {}
     comp = intervals["compute"]
-    starts = np.array([iv.start for iv in comp], dtype=np.int64)
-    for name, track in (("gemm", GEMM), ("alu", ALU)):
+    for name, track, opcode in (("gemm", GEMM, Opcode.GEMM), ("alu", ALU, Opcode.ALU)):
         cyc, st, _ = _track(events, track, start_cycle, end_cycle)
         engines[name] = _stretches(cyc, st != 0, span)
+        mine = [iv for iv in comp if decoded[iv.index]["opcode"] == opcode and _loop_runs(decoded[iv.index])]
+        k = 0
         for a, b in engines[name]:
-            j = int(np.searchsorted(starts, a, side="right")) - 1
-            if j >= 0 and comp[j].end >= b:
-                comp[j].active.append((a, b))
+            while k < len(mine) and mine[k].end < b:
+                k += 1
+            if k < len(mine) and mine[k].start <= a:
+                mine[k].active.append((a, b))
+                k += 1
     return ProfiledRun(start_cycle, span, names, intervals, engines)
+
+
+def _loop_runs(f: dict) -> bool:
+    return f["uop_end"] > f["uop_bgn"] and f["iter_out"] > 0 and f["iter_in"] > 0
 
 
 def split_runs(events: np.ndarray) -> list[tuple[int, int]]:

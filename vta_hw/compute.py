@@ -128,6 +128,7 @@ class Compute(wiring.Component):
         # ---- the GEMM in the GEMM engine (until it retires)
         g_unret, g_running, g_done = Signal(), Signal(), Signal()
         g_index, g_push_prev, g_push_next = Signal(INDEX_BITS), Signal(), Signal()
+        g_insn = Signal(128)
         g_older = Signal(range(ALU_QUEUE + 1))      # ALU instructions ahead of it, not retired yet
         g_lo, g_hi, g_empty = Signal(BOUND_BITS), Signal(BOUND_BITS), Signal()
 
@@ -199,7 +200,22 @@ class Compute(wiring.Component):
                          f_wmax.eq(Mux(w > f_wmax, w, f_wmax))]
         scan_done = sc_active & (sc_left == 0) & ~Cat(*sc_pipe).any()
 
-        gemm_go, alu_go = Signal(), Signal()
+        # a LOAD UOP without pushes may write the UOP SRAM while the engines run, if no unretired GEMM or ALU
+        # instruction reads the uops it writes (one row: [sram_base, sram_base + x_pad_0 + x_size + x_pad_1))
+        u_lo = mem.sram_base
+        u_hi = mem.sram_base + mem.x_pad_0 + mem.x_size + mem.x_pad_1
+        def reads_uops(word):
+            v = data.View(lay.gemm, word)
+            return (v.uop_bgn < u_hi) & (u_lo < v.uop_end)
+        uop_clash = g_unret & ~g_done & reads_uops(g_insn)
+        for k in range(ALU_QUEUE):
+            uop_clash = uop_clash | (q_valid[k] & ~q_done[k] & reads_uops(q_insn[k]))
+        uop_load_beside = Signal()
+        m.d.comb += uop_load_beside.eq((op == Opcode.LOAD) & (mem.memory_type == MemType.UOP) & (mem.x_size != 0) &
+                                       (q_count != ALU_QUEUE) &
+                                       (mem.y_size + mem.y_pad_0 + mem.y_pad_1 == 1) & ~mem.push_prev_dep &
+                                       ~mem.push_next_dep & ~uop_clash)
+        gemm_go, alu_go, load_done = Signal(), Signal(), Signal()
         seq_push = Signal()
         with m.FSM(init="IDLE", name="sequence") as fsm:
             with m.State("IDLE"):
@@ -267,7 +283,7 @@ class Compute(wiring.Component):
             with m.State("DRAIN"):
                 with m.If(halt):
                     m.next = "IDLE"
-                with m.Elif(~g_unret & (q_count == 0)):
+                with m.Elif(~unretired | uop_load_beside):
                     works = (op == Opcode.LOAD) & (mem.x_size != 0)
                     with m.If(works):
                         with m.If(op == Opcode.LOAD):
@@ -291,6 +307,10 @@ class Compute(wiring.Component):
             with m.State("PUSH"):
                 with m.If(halt):
                     m.next = "IDLE"
+                with m.Elif(unretired):
+                    # a UOP load beside older work: it retires after them, through the ALU queue (already done)
+                    m.d.comb += load_done.eq(1)
+                    m.next = "IDLE"
                 with m.Else():
                     m.d.comb += seq_push.eq(1)
                     m.next = "IDLE"
@@ -298,15 +318,15 @@ class Compute(wiring.Component):
         # ---- start a GEMM, queue an ALU instruction
         m.d.comb += [tc.gemm_insn.eq(insn), tc.gemm_start.eq(gemm_go)]
         with m.If(gemm_go):
-            m.d.sync += [g_unret.eq(1), g_running.eq(1), g_done.eq(0), g_index.eq(index),
+            m.d.sync += [g_unret.eq(1), g_running.eq(1), g_done.eq(0), g_index.eq(index), g_insn.eq(insn),
                          g_push_prev.eq(mem.push_prev_dep), g_push_next.eq(mem.push_next_dep),
                          g_lo.eq(f_lo), g_hi.eq(f_hi), g_empty.eq(f_empty)]
-        with m.If(alu_go):
+        with m.If(alu_go | load_done):
             t = q_tail
-            m.d.sync += [q_valid[t].eq(1), q_started[t].eq(0), q_done[t].eq(0), q_err[t].eq(0),
+            m.d.sync += [q_valid[t].eq(1), q_started[t].eq(load_done), q_done[t].eq(load_done), q_err[t].eq(0),
                          q_behind[t].eq(g_unret), q_insn[t].eq(insn), q_index[t].eq(index),
                          q_push_prev[t].eq(mem.push_prev_dep), q_push_next[t].eq(mem.push_next_dep),
-                         q_empty[t].eq(f_empty), q_src[t].eq(f_src), q_dlo[t].eq(f_lo), q_dhi[t].eq(f_hi),
+                         q_empty[t].eq(f_empty | load_done), q_src[t].eq(f_src), q_dlo[t].eq(f_lo), q_dhi[t].eq(f_hi),
                          q_slo[t].eq(f_slo), q_shi[t].eq(f_shi), q_tail.eq(t + 1)]
 
         # ---- the ALU engine runs the queue in order (not past an instruction that failed)
@@ -314,6 +334,8 @@ class Compute(wiring.Component):
         m.d.comb += [tc.alu_insn.eq(q_insn[q_run]), tc.alu_start.eq(alu_start)]
         with m.If(alu_start):
             m.d.sync += [alu_running.eq(1), q_started[q_run].eq(1)]
+        with m.If(~alu_running & q_valid[q_run] & q_done[q_run] & (q_run != q_tail)):
+            m.d.sync += q_run.eq(q_run + 1)     # a UOP load's entry: nothing to run
         with m.If(alu_running & ~tc.alu_busy):
             m.d.sync += [alu_running.eq(0), q_done[q_run].eq(1), q_err[q_run].eq(tc.alu_error),
                          q_err_op[q_run].eq(tc.alu_error_operand), q_err_val[q_run].eq(tc.alu_error_value),
@@ -350,7 +372,7 @@ class Compute(wiring.Component):
             with m.If(op == Opcode.FINISH):
                 m.d.sync += self.finished.eq(1)
         m.d.comb += [self.g2l_push.eq(push_prev), self.g2s_push.eq(push_next)]
-        m.d.sync += q_count.eq(q_count + alu_go - alu_retire)
+        m.d.sync += q_count.eq(q_count + (alu_go | load_done) - alu_retire)
 
         idle = fsm.ongoing("IDLE")
         drive_status(m, self, idle=idle, waiting=fsm.ongoing("WAIT") & waiting, index=index, dma_idle=dma_idle,
