@@ -31,7 +31,8 @@ from vta_compiler.graph.profiler import (  # noqa: E402
     layer_bound,
 )
 
-MODULE_TRACKS = {"fetch", "load", "compute: UOP/ACC loads", "compute: GEMM", "compute: ALU", "store"}
+MODULE_TRACKS = {"fetch", "load", "compute: UOP/ACC loads", "compute: GEMM", "compute: ALU", "store", "GEMM engine",
+                 "ALU engine"}
 META_NAMES = {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}
 
 
@@ -176,7 +177,7 @@ def test_module_slices_are_the_instructions_and_add_up_to_the_table(digits):
         busy.setdefault(tracks[e["tid"]], []).append(e)
     insns = sum(ly.insns for ly in prof.layers)
     assert len(busy["fetch"]) == insns          # every instruction dispatched once
-    modules = sum(len(busy[t]) for t in MODULE_TRACKS - {"fetch"})
+    modules = sum(len(busy[t]) for t in MODULE_TRACKS - {"fetch", "GEMM engine", "ALU engine"})
     assert modules == insns                     # ... and executed once, in one module
     assert {e["name"] for e in busy["compute: GEMM"]} == {"GEMM"}
     assert {e["name"].split()[0] for e in busy["compute: ALU"]} == {"ALU"}
@@ -186,7 +187,7 @@ def test_module_slices_are_the_instructions_and_add_up_to_the_table(digits):
         assert sum(r["args"]["cycles"] for r in runs) == ly.cycles == row["cycles"]
         assert round(sum(r["dur"] for r in runs) / per_cycle) == ly.cycles
         gemm = sum(e["dur"] for e in _x(trace, cat="active") if e["args"]["layer"] == ly.name and
-                   tracks[e["tid"]] == "compute: GEMM")
+                   tracks[e["tid"]] == "GEMM engine")
         assert round(gemm / per_cycle) == ly.busy["GEMM"] == ly.counters["gemm_busy_cycles"] > 0
 
         def cycles(cat, *names, layer=ly.name):

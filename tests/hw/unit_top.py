@@ -103,7 +103,8 @@ class UnitTop(wiring.Component):
         self.arbs = {name: arbs[name]() for name in units if name in arbs}
         self.skip = {
             "fetch": ("axi",), "load": ("inp_axi", "wgt_axi"), "store": ("axi", "out_rd"),
-            "tc": ("uop_rd", "alu_uop_rd", "inp_rd", "wgt_rd", "acc_rd", "acc_wr", "out_wr"), "tok": (), "regs": ("bus",),
+            "tc": ("uop_rd", "alu_uop_rd", "inp_rd", "wgt_rd", "acc_rd", "acc_wr", "out_wr"), "tok": (),
+            "regs": ("bus",),
             "acc8": ("axi",),
         }
         members = {}
@@ -216,7 +217,8 @@ class UnitTop(wiring.Component):
         """tensor compute: five SRAMs; the backdoor takes their ports while tc_bd_active."""
         cfg = self.cfg
         srams = {
-            "uop": Sram(cfg.UOP_BUFF_DEPTH, 32), "uop_alu": Sram(cfg.UOP_BUFF_DEPTH, 32, read_enable=True),
+            "uop": Sram(cfg.UOP_BUFF_DEPTH, 32),
+            "uop_alu": Sram(cfg.UOP_BUFF_DEPTH, 32, read_enable=True),
             "inp": Sram(cfg.INP_BUFF_DEPTH, cfg.INP_ELEM_BITS),
             "wgt": Sram(cfg.WGT_BUFF_DEPTH, cfg.WGT_ELEM_BITS), "acc": Sram(cfg.ACC_BUFF_DEPTH, cfg.ACC_ELEM_BITS),
             "out": Sram(cfg.ACC_BUFF_DEPTH, cfg.OUT_ELEM_BITS),

@@ -55,9 +55,11 @@ INSN_BYTES = 16
 #: trace tracks: (pid, tid, name); module tracks are filled from tsim's intervals
 VTA_PID, HOST_PID = 1, 2
 LAYER_TID = 1
-MODULE_TIDS = {"fetch": 2, "load": 3, "compute": 4, "gemm": 5, "alu": 6, "store": 7}
+MODULE_TIDS = {"fetch": 2, "load": 3, "compute": 4, "gemm": 5, "alu": 6, "store": 7, "gemm engine": 8,
+               "alu engine": 9}
 MODULE_TRACK_NAMES = {"fetch": "fetch", "load": "load", "compute": "compute: UOP/ACC loads", "gemm": "compute: GEMM",
-                      "alu": "compute: ALU", "store": "store"}
+                      "alu": "compute: ALU", "store": "store", "gemm engine": "GEMM engine",
+                      "alu engine": "ALU engine"}
 HOST_OPS_TID, HOST_CALLS_TID, HOST_BUILTINS_TID = 1, 2, 3
 BOUNDS = ("GEMM", "ALU", "load", "store", "dependency wait", "host")
 
@@ -603,11 +605,13 @@ def _module_slices(body: list[dict], run, start_us: float, per_cycle: float, lay
             if iv.stall:
                 body.append(_x(f"wait {'+'.join(iv.pops) or 'token'}", "stall", VTA_PID, tid, us(iv.stall[0]),
                                iv.stall_cycles * per_cycle, dict(args, waits_for=iv.name)))
-            body.append(_x(iv.name, "busy", VTA_PID, tid, us(iv.busy_start), (iv.end - iv.busy_start) * per_cycle,
-                           dict(args, cycles=iv.end - iv.busy_start, pushes="+".join(iv.pushes))))
+            # compute: the sequencer's part (the engines run beside it and each other, on tracks of their own)
+            end = iv.issued if iv.issued is not None else iv.end
+            body.append(_x(iv.name, "busy", VTA_PID, tid, us(iv.busy_start), (end - iv.busy_start) * per_cycle,
+                           dict(args, cycles=end - iv.busy_start, pushes="+".join(iv.pushes))))
             for a, b in iv.active:
-                body.append(_x("array active" if track == "gemm" else "ALU active", "active", VTA_PID, tid, us(a),
-                               (b - a) * per_cycle, args))
+                body.append(_x(f"{iv.name} (array)" if track == "gemm" else iv.name, "active", VTA_PID,
+                               MODULE_TIDS[f"{track} engine"], us(a), (b - a) * per_cycle, args))
 
 
 # ------------------------------------------------------------------------------------------------ pictures
