@@ -223,7 +223,8 @@ class UnitTop(wiring.Component):
             "wgt": Sram(cfg.WGT_BUFF_DEPTH, cfg.WGT_ELEM_BITS), "acc": Sram(cfg.ACC_BUFF_DEPTH, cfg.ACC_ELEM_BITS),
             "out": Sram(cfg.ACC_BUFF_DEPTH, cfg.OUT_ELEM_BITS),
         }
-        ports = {"uop": (tc.uop_rd, None), "uop_alu": (tc.alu_uop_rd, None), "inp": (tc.inp_rd, None), "wgt": (tc.wgt_rd, None),
+        ports = {"uop": (tc.uop_rd, None), "uop_alu": (tc.alu_uop_rd, None), "inp": (tc.inp_rd, None),
+                 "wgt": (tc.wgt_rd, None),
                  "acc": (tc.acc_rd, tc.acc_wr), "out": (None, tc.out_wr)}
         bd = self.tc_bd_active
         rdata = Signal(cfg.WGT_ELEM_BITS)
