@@ -23,7 +23,7 @@ module (``finished``); the core then checks that the run is balanced.
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from vta_hw.spec import MemType, Opcode
@@ -95,11 +95,20 @@ class Compute(wiring.Component):
         for sram in (uop_sram, uop_alu_sram):
             m.d.comb += [sram.wr.addr.eq(uop_load.sram.addr), sram.wr.data.eq(uop_load.sram.data),
                          sram.wr.en.eq(uop_load.sram.en)]
-        # ACC write port: an ACC load or the engines (never both: loads wait for the engines)
+        # ACC write port: the engines', or an ACC load's through a small FIFO, written in a cycle the engines do
+        # not write (a load can run beside the engines on other accumulators): while the FIFO holds data the ALU
+        # engine reads nothing new and the write-back takes no entry, so the engines stop writing within a few
+        # cycles (a loader writes at most one element per cycle, the FIFO then drains one per cycle)
+        ab = acc_sram.addr_bits
+        m.submodules.acc_wfifo = acc_wfifo = fifo.SyncFIFO(width=ab + cfg.ACC_ELEM_BITS, depth=16)
         for k, ld in enumerate(acc_loads):
             with (m.If(ld.busy) if k == 0 else m.Elif(ld.busy)):
-                m.d.comb += [acc_sram.wr.addr.eq(ld.sram.addr), acc_sram.wr.data.eq(ld.sram.data),
-                             acc_sram.wr.en.eq(ld.sram.en)]
+                m.d.comb += [acc_wfifo.w_data.eq(Cat(ld.sram.addr, ld.sram.data)), acc_wfifo.w_en.eq(ld.sram.en)]
+        drain = acc_wfifo.r_rdy & ~tc.acc_wr.en
+        m.d.comb += [acc_wfifo.r_en.eq(drain), tc.acc_yield.eq(acc_wfifo.r_rdy)]
+        with m.If(drain):
+            m.d.comb += [acc_sram.wr.addr.eq(acc_wfifo.r_data[:ab]), acc_sram.wr.data.eq(acc_wfifo.r_data[ab:]),
+                         acc_sram.wr.en.eq(1)]
         with m.Else():
             m.d.comb += [acc_sram.wr.addr.eq(tc.acc_wr.addr), acc_sram.wr.data.eq(tc.acc_wr.data),
                          acc_sram.wr.en.eq(tc.acc_wr.en)]
@@ -113,14 +122,16 @@ class Compute(wiring.Component):
         mem = data.View(lay.mem, insn)
         g = data.View(lay.gemm, insn)
         a = data.View(lay.alu, insn)
-        m.d.comb += [uop_load.insn.eq(insn)] + [ld.insn.eq(insn) for ld in acc_loads]
+        # the loaders get their own copy of a LOAD (the sequencer's register fans out to the scan and checks)
+        load_insn = Signal(128)
+        m.d.comb += [uop_load.insn.eq(load_insn)] + [ld.insn.eq(load_insn) for ld in acc_loads]
         op = mem.opcode
         is_gemm, is_alu = op == Opcode.GEMM, op == Opcode.ALU
         need_l2g = mem.pop_prev_dep & ~self.l2g_avail
         need_s2g = mem.pop_next_dep & ~self.s2g_avail
         waiting = need_l2g | need_s2g
         dma_idle = uop_load.dma_idle
-        loads_busy = uop_load.busy
+        loads_busy = uop_load.busy | acc_wfifo.r_rdy
         for ld in acc_loads:
             dma_idle &= ld.dma_idle
             loads_busy |= ld.busy
@@ -200,8 +211,9 @@ class Compute(wiring.Component):
                          f_wmax.eq(Mux(w > f_wmax, w, f_wmax))]
         scan_done = sc_active & (sc_left == 0) & ~Cat(*sc_pipe).any()
 
-        # a LOAD UOP without pushes may write the UOP SRAM while the engines run, if no unretired GEMM or ALU
-        # instruction reads the uops it writes (one row: [sram_base, sram_base + x_pad_0 + x_size + x_pad_1))
+        # a LOAD without pushes may run while the engines do (it retires after the older instructions, through
+        # the ALU queue): a UOP load if no unretired GEMM or ALU instruction reads the uops it writes (one row:
+        # [sram_base, sram_base + x_pad_0 + x_size + x_pad_1))
         u_lo = mem.sram_base
         u_hi = mem.sram_base + mem.x_pad_0 + mem.x_size + mem.x_pad_1
         def reads_uops(word):
@@ -210,11 +222,16 @@ class Compute(wiring.Component):
         uop_clash = g_unret & ~g_done & reads_uops(g_insn)
         for k in range(ALU_QUEUE):
             uop_clash = uop_clash | (q_valid[k] & ~q_done[k] & reads_uops(q_insn[k]))
-        uop_load_beside = Signal()
-        m.d.comb += uop_load_beside.eq((op == Opcode.LOAD) & (mem.memory_type == MemType.UOP) & (mem.x_size != 0) &
-                                       (q_count != ALU_QUEUE) &
-                                       (mem.y_size + mem.y_pad_0 + mem.y_pad_1 == 1) & ~mem.push_prev_dep &
-                                       ~mem.push_next_dep & ~uop_clash)
+        # likewise an ACC (ACC_8BIT) load of one row whose accumulators no unretired instruction touches
+        acc_clash = g_unret & ~g_empty & overlap(u_lo, u_hi - 1, g_lo, g_hi)
+        for k in range(ALU_QUEUE):
+            acc_clash = acc_clash | (q_valid[k] & ~q_empty[k] & (overlap(u_lo, u_hi - 1, q_dlo[k], q_dhi[k]) |
+                                                                 (q_src[k] & overlap(u_lo, u_hi - 1, q_slo[k], q_shi[k]))))
+        load_beside = Signal()
+        clash = Mux(mem.memory_type == MemType.UOP, uop_clash, acc_clash)
+        m.d.comb += load_beside.eq((op == Opcode.LOAD) & (mem.x_size != 0) & (q_count != ALU_QUEUE) &
+                                   (mem.y_size + mem.y_pad_0 + mem.y_pad_1 == 1) & ~mem.push_prev_dep &
+                                   ~mem.push_next_dep & ~clash)
         gemm_go, alu_go, load_done = Signal(), Signal(), Signal()
         seq_push = Signal()
         with m.FSM(init="IDLE", name="sequence") as fsm:
@@ -222,6 +239,8 @@ class Compute(wiring.Component):
                 m.d.comb += self.cmd.ready.eq(~halt & ~self.finished)
                 with m.If(self.cmd.valid & self.cmd.ready):
                     m.d.sync += [insn.eq(self.cmd.payload.insn), index.eq(self.cmd.payload.index)]
+                    with m.If(data.View(lay.mem, self.cmd.payload.insn).opcode == Opcode.LOAD):
+                        m.d.sync += load_insn.eq(self.cmd.payload.insn)
                     m.next = "WAIT"
             with m.State("WAIT"):
                 with m.If(halt):
@@ -283,7 +302,7 @@ class Compute(wiring.Component):
             with m.State("DRAIN"):
                 with m.If(halt):
                     m.next = "IDLE"
-                with m.Elif(~unretired | uop_load_beside):
+                with m.Elif(~unretired | load_beside):
                     works = (op == Opcode.LOAD) & (mem.x_size != 0)
                     with m.If(works):
                         with m.If(op == Opcode.LOAD):
@@ -308,7 +327,7 @@ class Compute(wiring.Component):
                 with m.If(halt):
                     m.next = "IDLE"
                 with m.Elif(unretired):
-                    # a UOP load beside older work: it retires after them, through the ALU queue (already done)
+                    # a load beside older work: it retires after them, through the ALU queue (already done)
                     m.d.comb += load_done.eq(1)
                     m.next = "IDLE"
                 with m.Else():

@@ -220,6 +220,8 @@ class TensorCompute(wiring.Component):
             "acc_wr": Out(SramWriteSignature(ab, cfg.ACC_ELEM_BITS)),
             "out_wr": Out(SramWriteSignature(ab, cfg.OUT_ELEM_BITS)),
             "halt": In(1),
+            # an ACC load waits for the write port: the ALU reads nothing new, the write-back takes no entry
+            "acc_yield": In(1),
             "gemm_error": Out(1), "gemm_error_operand": Out(3), "gemm_error_value": Out(32),
             "alu_error": Out(1), "alu_error_operand": Out(3), "alu_error_value": Out(32),
             "gemm_uop": Out(1),
@@ -278,7 +280,7 @@ class TensorCompute(wiring.Component):
         wb0_valid = Signal()
         mul_hold = Signal()
         hold = Signal()
-        m.d.comb += hold.eq(wb0_valid | mul_hold)
+        m.d.comb += hold.eq(wb0_valid | mul_hold | self.acc_yield)
         al = _uop_loop(m, cfg, lay, self.alu_insn, self.alu_start, self.halt, self.alu_uop_rd, alu=True, hold=hold)
         idx = al.idx
         first_of_two = al.i_phase == 0
@@ -371,7 +373,7 @@ class TensorCompute(wiring.Component):
         conflict = 0
         for k in range(READ_TO_WRITE):
             conflict = conflict | (wb[k][0] & (wb[k][1] == head_dst))
-        take = wbf.r_rdy & ~conflict & ~self.halt
+        take = wbf.r_rdy & ~conflict & ~self.halt & ~self.acc_yield
         if mul:
             take &= ~(is_mul & alu_busy)
         m.d.comb += wbf.r_en.eq(take)
