@@ -225,8 +225,9 @@ class Compute(wiring.Component):
         # likewise an ACC (ACC_8BIT) load of one row whose accumulators no unretired instruction touches
         acc_clash = g_unret & ~g_empty & overlap(u_lo, u_hi - 1, g_lo, g_hi)
         for k in range(ALU_QUEUE):
-            acc_clash = acc_clash | (q_valid[k] & ~q_empty[k] & (overlap(u_lo, u_hi - 1, q_dlo[k], q_dhi[k]) |
-                                                                 (q_src[k] & overlap(u_lo, u_hi - 1, q_slo[k], q_shi[k]))))
+            touches = overlap(u_lo, u_hi - 1, q_dlo[k], q_dhi[k]) | (q_src[k] & overlap(u_lo, u_hi - 1, q_slo[k],
+                                                                                        q_shi[k]))
+            acc_clash = acc_clash | (q_valid[k] & ~q_empty[k] & touches)
         load_beside = Signal()
         clash = Mux(mem.memory_type == MemType.UOP, uop_clash, acc_clash)
         m.d.comb += load_beside.eq((op == Opcode.LOAD) & (mem.x_size != 0) & (q_count != ALU_QUEUE) &
