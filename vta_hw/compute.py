@@ -72,7 +72,7 @@ class Compute(wiring.Component):
         cfg, lay = self.cfg, self.layouts
         # one copy of the UOP SRAM per engine (both written by the UOP loader)
         m.submodules.uop_sram = uop_sram = Sram(cfg.UOP_BUFF_DEPTH, 32, "uop")
-        m.submodules.uop_alu_sram = uop_alu_sram = Sram(cfg.UOP_BUFF_DEPTH, 32, "uop", read_enable=True)
+        m.submodules.uop_alu_sram = uop_alu_sram = Sram(cfg.UOP_BUFF_DEPTH, 32, "uop_alu", read_enable=True)
         m.submodules.acc_sram = acc_sram = Sram(cfg.ACC_BUFF_DEPTH, cfg.ACC_ELEM_BITS, "acc")
         m.submodules.tc = tc = TensorCompute(lay)
         m.submodules.uop_load = uop_load = TensorLoad(lay, 32, self.data_bits, uop_sram.addr_bits)

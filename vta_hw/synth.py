@@ -88,8 +88,10 @@ def _blocks(depth: int, width: int, shapes) -> float:
 
 
 def srams(cfg) -> dict[str, tuple[int, int]]:
-    """The core's SRAMs: name (as ``vta_hw.sram.Sram`` knows it) -> (depth, width in bits)."""
-    return {"uop": (cfg.UOP_BUFF_DEPTH, 32), "inp": (cfg.INP_BUFF_DEPTH, cfg.INP_ELEM_BITS),
+    """The core's SRAMs: name (as ``vta_hw.sram.Sram`` knows it) -> (depth, width in bits). The UOP SRAM has a
+    copy for each compute engine (``uop`` for GEMM, ``uop_alu`` for ALU)."""
+    return {"uop": (cfg.UOP_BUFF_DEPTH, 32), "uop_alu": (cfg.UOP_BUFF_DEPTH, 32),
+            "inp": (cfg.INP_BUFF_DEPTH, cfg.INP_ELEM_BITS),
             "wgt": (cfg.WGT_BUFF_DEPTH, cfg.WGT_ELEM_BITS), "acc": (cfg.ACC_BUFF_DEPTH, cfg.ACC_ELEM_BITS),
             "out": (cfg.ACC_BUFF_DEPTH, cfg.OUT_ELEM_BITS)}
 

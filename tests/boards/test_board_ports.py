@@ -56,7 +56,8 @@ def test_srams_go_to_ultraram_where_that_is_better():
     # the weights (1,024 x 8,192 bits: 228 BRAM36 or 114 URAM288 > 96) stay in block RAM, and so do the uops
     # (8,192 words: two URAMs behind a fabric multiplexer, an unregistered UltraRAM output); the rest moves
     assert big.UOP_BUFF_DEPTH == 8192
-    assert sram_styles(big, zcu) == {"uop": "block", "inp": "ultra", "wgt": "block", "acc": "ultra", "out": "ultra"}
+    assert sram_styles(big, zcu) == {"uop": "block", "uop_alu": "block", "inp": "ultra", "wgt": "block",
+                                     "acc": "ultra", "out": "ultra"}
     assert set(sram_styles(big, u96).values()) == {"block"}        # the xczu3eg has no UltraRAM
     small = load_config({**BIG, "LOG_WGT_BUFF_SIZE": 18})           # 256 x 8,192 bits: 114 of either kind
     assert sram_styles(small, zcu)["wgt"] == "block" and sram_styles(small, zcu)["acc"] == "ultra"
