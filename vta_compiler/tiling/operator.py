@@ -309,3 +309,5 @@ class Offload:
     output_shape: tuple[int, ...] | None = None
     channel_axis: int = 1
     note: str = ""
+    #: further int8 graph nodes the kernel reads after its input, packed (an elementwise multiply's second operand)
+    operands: tuple = ()
