@@ -141,7 +141,7 @@ class Activation(Operator):
     tiling_type = ActivationTiling
     relax_ops = ()                  # no MACs: graph_pack finds them with host_chain
     options = {"activation": ACTIVATION_PLACES}
-    host_option = "activation"
+    host_option, host_what = "activation", "activations"
 
     def describe(self, w) -> str:
         gate = f" clip(x+{w.offset}, 0, {w.upper})" if w.mode in ("hard_sigmoid", "hard_swish") else ""
@@ -363,16 +363,15 @@ def _activation_chain(op, n, users, env):
     """The quantizer's int8 activation ending at ``n`` (its ``astype int8``), see ``graph.quantize``
     (``int8_activation``): ``[astype int32 of int8 a]``, the product or gate, ``* M``, ``[+ 2**(k-1) >> k]``,
     ``clip``, ``astype int8``."""
-    from ..graph.ir import Const, Node
+    from ..graph.activations import _scalar
+    from ..graph.ir import Node
 
     def only_user(v, k=1):
         return len(users[id(v)]) == k
 
     def scalar(v, i=1):
-        c = v.args[i] if len(v.args) > i else None
-        if not isinstance(c, Const) or c.value.size != 1:
-            return None
-        return int(np.asarray(c.value).reshape(-1)[0])
+        c = _scalar(v.args[i]) if len(v.args) > i else None
+        return None if c is None or c != round(c) else int(c)
 
     def int8_cast(v):
         return isinstance(v, Node) and v.op == "relax.astype" and v.dtype == "int32" and \

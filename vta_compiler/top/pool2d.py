@@ -111,6 +111,7 @@ class Pool2D(Operator):
     tiling_type = Pool2DTiling
     relax_ops = ()                  # no MACs: graph_pack finds pools with host_chain
     options = {"pool": POOL_PLACES}
+    host_option, host_what = "pool", "pools"
 
     def describe(self, w) -> str:
         return (f"{self.label(w)} {w.height}x{w.width}x{w.channels} {w.hkernel}x{w.wkernel} s{w.hstride}"
