@@ -56,8 +56,3 @@ RESIDUAL_ADD_BYTES = 3
 def host_of(cfg: Config) -> Host:
     """The CPU next to the configuration's VTA (the Pynq's for the simulators)."""
     return HOSTS["pynq" if cfg.TARGET in SIMULATED_TARGETS else cfg.TARGET]
-
-#: the host's int8 activations (``graph.quantize``'s int8 forms, ``vta_compiler.top.activation``), operations per
-#: element: the widening(s), the gate's add, max and min (hard-sigmoid, hard-swish), the product, the multiply by
-#: M, the rounding add and shift, min, max and the narrowing; bytes per element: the int8 reads and write
-ACTIVATION_OPS = {"multiply": 10, "channel_multiply": 9, "hard_sigmoid": 10, "hard_swish": 12}

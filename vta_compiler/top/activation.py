@@ -337,7 +337,6 @@ class Activation(Operator):
         return _activation_chain(self, node, users, env)
 
     def host_work(self, wkl):
-        from ..graph.host_cost import ACTIVATION_OPS
         return wkl.elements, ACTIVATION_OPS[wkl.mode], 2.0 + (wkl.mode == "multiply") + \
             (wkl.mode == "channel_multiply") / (wkl.height * wkl.width)
 
@@ -359,29 +358,41 @@ def activation_reference(wkl: ActivationWorkload, x: np.ndarray, other: np.ndarr
     return np.clip(p, wkl.lo, wkl.hi).astype(np.int8)
 
 
+#: the host's int8 activations (``graph.quantize``'s int8 forms), operations per element (for
+#: ``graph.host_cost``'s estimate): the widening(s), the gate's add, max and min (hard-sigmoid, hard-swish), the
+#: product, the multiply by M, the rounding add and shift, min, max and the narrowing
+ACTIVATION_OPS = {"multiply": 10, "channel_multiply": 9, "hard_sigmoid": 10, "hard_swish": 12}
+
+
+def is_node(v) -> bool:
+    """Whether ``v`` is a graph node (``graph.ir.Node``: it has an op; constants and clip bounds have none)."""
+    return isinstance(getattr(v, "op", None), str)
+
+
 def _activation_chain(op, n, users, env):
     """The quantizer's int8 activation ending at ``n`` (its ``astype int8``), see ``graph.quantize``
     (``int8_activation``): ``[astype int32 of int8 a]``, the product or gate, ``* M``, ``[+ 2**(k-1) >> k]``,
     ``clip``, ``astype int8``."""
-    from ..graph.activations import _scalar
-    from ..graph.ir import Node
-
     def only_user(v, k=1):
         return len(users[id(v)]) == k
 
     def scalar(v, i=1):
-        c = _scalar(v.args[i]) if len(v.args) > i else None
-        return None if c is None or c != round(c) else int(c)
+        """The integer constant argument ``i`` of node ``v`` (a graph constant or a clip bound), or None."""
+        c = getattr(v.args[i], "value", None) if len(v.args) > i and not is_node(v.args[i]) else None
+        if c is None or np.asarray(c).size != 1:
+            return None
+        c = float(np.asarray(c).reshape(-1)[0])
+        return int(c) if c == round(c) else None
 
     def int8_cast(v):
-        return isinstance(v, Node) and v.op == "relax.astype" and v.dtype == "int32" and \
-            isinstance(v.args[0], Node) and v.args[0].dtype == "int8"
+        return is_node(v) and v.op == "relax.astype" and v.dtype == "int32" and \
+            is_node(v.args[0]) and v.args[0].dtype == "int8"
 
     def gate_of(v):      # clip(astype(x) + T, 0, U) -> (cast, add, clip, T, U) or None
-        if not isinstance(v, Node) or v.op != "relax.clip" or not only_user(v):
+        if not is_node(v) or v.op != "relax.clip" or not only_user(v):
             return None
         add = v.args[0]
-        if not isinstance(add, Node) or add.op != "relax.add" or scalar(add) is None or not only_user(add) or \
+        if not is_node(add) or add.op != "relax.add" or scalar(add) is None or not only_user(add) or \
                 not int8_cast(add.args[0]):
             return None
         lo, hi = (scalar(v, i) for i in (1, 2))
@@ -389,22 +400,22 @@ def _activation_chain(op, n, users, env):
             return None
         return add.args[0], add, v, scalar(add), hi
 
-    if n.op != "relax.astype" or n.dtype != "int8" or not isinstance(n.args[0], Node):
+    if n.op != "relax.astype" or n.dtype != "int8" or not is_node(n.args[0]):
         return None
     clip = n.args[0]
     if clip.op != "relax.clip" or not only_user(clip) or scalar(clip, 1) is None or scalar(clip, 2) is None:
         return None
     cur, k = clip.args[0], 0
     nodes = [n, clip]
-    if isinstance(cur, Node) and cur.op == "relax.right_shift" and scalar(cur) is not None and only_user(cur):
+    if is_node(cur) and cur.op == "relax.right_shift" and scalar(cur) is not None and only_user(cur):
         rnd = cur.args[0]
         k = scalar(cur)
-        if not isinstance(rnd, Node) or rnd.op != "relax.add" or scalar(rnd) != 1 << (k - 1) or k < 1 or \
+        if not is_node(rnd) or rnd.op != "relax.add" or scalar(rnd) != 1 << (k - 1) or k < 1 or \
                 not only_user(rnd):
             return None
         nodes += [cur, rnd]
         cur = rnd.args[0]
-    if not isinstance(cur, Node) or cur.op != "relax.multiply" or scalar(cur) is None or not only_user(cur):
+    if not is_node(cur) or cur.op != "relax.multiply" or scalar(cur) is None or not only_user(cur):
         return None
     nodes.append(cur)
     mult = scalar(cur)
@@ -417,15 +428,13 @@ def _activation_chain(op, n, users, env):
         if not only_user(cast):
             return None
         nodes += [gclip, add, cast]
-    elif isinstance(p, Node) and p.op == "relax.multiply" and only_user(p) and all(isinstance(a, Node)
-                                                                                  for a in p.args[:2]):
+    elif is_node(p) and p.op == "relax.multiply" and only_user(p) and all(is_node(a) for a in p.args[:2]):
         a, b = p.args[:2]
-        g = gate_of(b) or gate_of(a)
+        ga, gb = gate_of(a), gate_of(b)
+        g, plain = (gb, a) if gb is not None else (ga, b)
         if g is not None:                                # hard_swish: x * clip(x + T, 0, U) on one cast of x
             cast, add, gclip, offset, upper = g
-            if (a if g is gate_of(b) else b) is not cast and not (a is cast or b is cast):
-                return None
-            if not only_user(cast, 2):
+            if plain is not cast or not only_user(cast, 2):
                 return None
             mode, x, other = "hard_swish", cast.args[0], None
             nodes += [p, gclip, add, cast]
