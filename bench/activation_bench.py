@@ -102,6 +102,8 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
                 if verilator_available():
                     t = vta_part_on_tsim(ex, s.feeds[0][0], cfg)
                     row["tsim_vta_cycles"] = int(sum(t["cycles"]))
+                    row["tsim_exact"] = bool(np.array_equal(
+                        t["output"], cpu["main"](*[tvm.runtime.tensor(x) for x in s.feeds[0]]).numpy()))
             out[way] = row
     print(f"{out['network']} on fsim, {out['config']}, {n} rendered text lines:")
     print(f"  {'':10s} {'VTA ops':>8s} {'of them act.':>12s} {'host ops':>8s} {'ops on VTA':>10s} {'MACs on VTA':>11s} "
@@ -116,7 +118,7 @@ def run(quick: bool = False, tsim: bool = False) -> dict:
               f"{r['onnxruntime_ms']:7.2f} {r['fsim_ms']:8.2f} {r['fsim_over_onnxruntime']:5.1f}x {r['exact']}")
         if "tsim_vta_cycles" in r:
             c = r["tsim_vta_cycles"]
-            print(f"    tsim VTA part: {c:,} cycles ({c / 100e3:.2f} ms at 100 MHz)")
+            print(f"    tsim VTA part: {c:,} cycles ({c / 100e3:.2f} ms at 100 MHz); exact: {r['tsim_exact']}")
     print(f"  activation='auto' (the cost model against the Cortex-A9's estimate) runs on VTA, of the "
           f"{out['int8 vta']['vta_activations']} activations: "
           + ", ".join(f"{k} at {mhz} MHz" for mhz, k in out["auto_on_vta"].items()))
