@@ -458,14 +458,14 @@ class _Emitter:
         """Emit activation ``act`` (ending at ``n``) in int8 (``top.activation``'s formulation); False when it
         cannot be (an input with one exponent per channel, a gate bound or scale out of range): then it stays float."""
         from ..top.activation import HARD_SWISH_MAX_UPPER, fixed_point15
-        ins = [self.qval(a) for a in act.inputs]
-        if any(np.ndim(e) for _, e in ins):
+        exps = [self.q[id(a)][1] if id(a) in self.q else self.exps[id(a)] for a in act.inputs]
+        if any(np.ndim(e) for e in exps):
             return False
         e = np.min(self.exps[id(n)])
         e_out = float(e) if self.multiply and e != round(e) else int(round(float(e)))
-        (xq, ex) = ins[0]
+        ex = exps[0]
         if act.kind == "multiply":
-            scale = 2.0 ** (e_out - ex - ins[1][1])
+            scale = 2.0 ** (e_out - ex - exps[1])
         else:
             t, u = round(act.beta / act.alpha * 2.0 ** ex), round(2.0 ** ex / act.alpha)
             limit = HARD_SWISH_MAX_UPPER if act.kind == "hard_swish" else MUL_MAX
@@ -477,10 +477,11 @@ class _Emitter:
         except ValueError:
             return False
         lo, hi = self.clip_bounds(n.attrs.get("act"), e_out)
+        ins = [self.qval(a)[0] for a in act.inputs]
         name = n.name
-        x32 = self.emit(relax.op.astype(xq, "int32"), f"{name}_x")
+        x32 = self.emit(relax.op.astype(ins[0], "int32"), f"{name}_x")
         if act.kind == "multiply":
-            y32 = self.emit(relax.op.astype(ins[1][0], "int32"), f"{name}_y")
+            y32 = self.emit(relax.op.astype(ins[1], "int32"), f"{name}_y")
             p = self.emit(relax.op.multiply(x32, y32), f"{name}_product")
         else:
             gate = self.emit(relax.op.add(x32, const(t, "int32")), f"{name}_gate_in")
