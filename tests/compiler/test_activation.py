@@ -13,6 +13,7 @@ from vta_compiler.top.activation import (
     ActivationTiling,
     ActivationWorkload,
     activation_layer,
+    clip_needed,
     fixed_point15,
     schedule_activation_packed,
 )
@@ -101,6 +102,10 @@ def test_hard_activations_on_vta(act_env, mode, m, k, t, u, clip):
     ref = _numpy(mode, x, None, m, k, t, u, *clip)
     _informative(ref, *clip)
     np.testing.assert_array_equal(out, ref)
+    # VTA skips an output clip that no int8 input reaches (here the lower one of each)
+    every = [v * min(max(v + t, 0), u) if mode == "hard_swish" else min(max(v + t, 0), u) for v in range(-128, 128)]
+    every = [(p * m + (1 << (k - 1))) >> k for p in every]
+    assert clip_needed(wkl) == (min(every) < clip[0], max(every) > clip[1]) and not clip_needed(wkl)[0]
     assert dev.stats()["acc_load_nbytes"] == x.size * (2 if mode == "hard_swish" else 1)
 
 
@@ -115,6 +120,17 @@ def test_rounding_is_visible(act_env):
     np.testing.assert_array_equal(out, _numpy("multiply", x, y, MUL_M, MUL_K))
     assert (out != _numpy("multiply", x, y, MUL_M, MUL_K, rounding=False)).mean() > 0.3
     assert (out != _numpy("multiply", x, np.roll(y, 1, axis=1), MUL_M, MUL_K)).mean() > 0.9
+
+
+def test_clip_needed():
+    """The clip elision looks at every int8 input: a hard-swish whose largest output is 127 exactly needs no MIN,
+    one step more and it does; a multiply of full-range operands needs both."""
+    m, k = fixed_point15(1 / 6 * 2.0 ** -5)          # hard-swish at e_x = e_y = 5: swish(x) = x above x = 3
+    assert clip_needed(ActivationWorkload(1, 1, 1, 16, "hard_swish", m, k, 96, 192)) == (False, False)
+    assert clip_needed(ActivationWorkload(1, 1, 1, 16, "hard_swish", m + 200, k, 96, 192)) == (False, True)
+    assert clip_needed(ActivationWorkload(1, 1, 1, 16, "multiply", MUL_M, MUL_K)) == (True, True)
+    assert clip_needed(ActivationWorkload(1, 1, 1, 16, "hard_sigmoid", SIG_M, SIG_K, 96, 192, 0, 127)) == \
+        (False, True)
 
 
 def test_fixed_point15():

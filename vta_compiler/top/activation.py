@@ -21,7 +21,8 @@ On VTA each tile (``tile_c`` channel blocks x ``tile_h`` rows, whole rows) loads
 with ACC_8BIT loads (hard-swish loads its input twice: one copy becomes the gate in place), then runs the ALU in
 place: the gate's ADD, MAX, MIN (immediates), MUL with a register operand (the product), MUL by the immediate M,
 the rounding (``k > 15``: SHR k-15, ADD 2**14, SHR 15, equal to the single rounding shift for every integer, since
-the ALU's immediates are 16-bit), MAX, MIN, and stores the int8 tile. ALU MUL multiplies the low 16 bits of both
+the ALU's immediates are 16-bit), MAX, MIN (each only where some int8 input reaches it, :func:`clip_needed`), and
+stores the int8 tile. ALU MUL multiplies the low 16 bits of both
 operands (``dst <- sext(dst[15:0]) * sext(src[15:0])``): every product above has int16 operands, and
 ``|p * M| < 2**30``.
 """
@@ -123,10 +124,32 @@ def _shifts(k: int) -> tuple[int, int]:
     return k - r, r
 
 
+def product_range(wkl: ActivationWorkload) -> tuple[int, int]:
+    """The least and the largest product ``p`` over all int8 inputs (the gate of a multiply: int8 too)."""
+    if wkl.mode in ("multiply", "channel_multiply"):
+        return -128 * 127, 128 * 128
+    xs = np.arange(-128, 128, dtype=np.int64)
+    g = np.clip(xs + wkl.offset, 0, wkl.upper)
+    p = xs * g if wkl.mode == "hard_swish" else g
+    return int(p.min()), int(p.max())
+
+
+def _rounded(p: int, wkl: ActivationWorkload) -> int:
+    v = p * wkl.multiplier
+    return (v + (1 << (wkl.shift - 1))) >> wkl.shift if wkl.shift else v
+
+
+def clip_needed(wkl: ActivationWorkload) -> tuple[bool, bool]:
+    """Whether the output's MAX lo and MIN hi can change a value (the rounded scaling is monotone in ``p``): VTA
+    skips a clip no int8 input reaches, with the same result."""
+    lo, hi = product_range(wkl)
+    return _rounded(lo, wkl) < wkl.lo, _rounded(hi, wkl) > wkl.hi
+
+
 def _alu_insns(wkl: ActivationWorkload) -> tuple[int, int]:
     """(ALU instructions with an immediate, with a register operand) per tile."""
     first, r = _shifts(wkl.shift)
-    imm = 1 + (first > 0) + 2 * (r > 0) + 2                # MUL M, [SHR], [ADD, SHR], MAX, MIN
+    imm = 1 + (first > 0) + 2 * (r > 0) + sum(clip_needed(wkl))     # MUL M, [SHR], [ADD, SHR], [MAX], [MIN]
     if wkl.mode in ("hard_sigmoid", "hard_swish"):
         imm += 3                                           # the gate: ADD T, MAX 0, MIN U
     return imm, int(wkl.mode != "hard_sigmoid")
@@ -223,7 +246,10 @@ class Activation(Operator):
                 v = v >> first
             if r:
                 v = (v + (1 << (r - 1))) >> r
-            return te.min(te.max(v, wkl.lo), wkl.hi)
+            if low:
+                v = te.max(v, wkl.lo)
+            return te.min(v, wkl.hi) if high else v
+        low, high = clip_needed(wkl)
         out = te.compute(shape, scaled, name="scaled")
         res = te.compute(shape, lambda *i: out(*i).astype(env.out_dtype), name="res")
         return with_workload(te.create_prim_func(args + [res]), self, wkl)
