@@ -22,9 +22,8 @@ with ACC_8BIT loads (hard-swish loads its input twice: one copy becomes the gate
 place: the gate's ADD, MAX, MIN (immediates), MUL with a register operand (the product), MUL by the immediate M,
 the rounding (``k > 15``: SHR k-15, ADD 2**14, SHR 15, equal to the single rounding shift for every integer, since
 the ALU's immediates are 16-bit), MAX, MIN (each only where some int8 input reaches it, :func:`clip_needed`), and
-stores the int8 tile. ALU MUL multiplies the low 16 bits of both
-operands (``dst <- sext(dst[15:0]) * sext(src[15:0])``): every product above has int16 operands, and
-``|p * M| < 2**30``.
+stores the int8 tile. ALU MUL multiplies the low 16 bits of both operands (``dst <- sext(dst[15:0]) *
+sext(src[15:0])``): every product above has int16 operands, and ``|p * M| < 2**30``.
 """
 
 from __future__ import annotations
@@ -510,4 +509,5 @@ def schedule_activation_packed(func, tiling: ActivationTiling | None = None, env
 
 
 __all__ = ["ACTIVATION", "ACTIVATION_PLACES", "MODES", "Activation", "ActivationTiling", "ActivationWorkload",
-           "activation_layer", "activation_reference", "fixed_point15", "schedule_activation_packed"]
+           "activation_layer", "activation_reference", "clip_needed", "fixed_point15", "product_range",
+           "schedule_activation_packed"]
