@@ -192,3 +192,22 @@ def test_with_fixed_point_requantization(ext_fsim):
     want = run_cpu(qmod, x)[0]
     assert len(np.unique(want)) > 100
     np.testing.assert_array_equal(run_vta(graph.build(pmod), x)[0], want)
+
+
+def test_depthwise_input_scales_per_channel_win():
+    """A hard-swish between a convolution and a depthwise one stays float when the depthwise input takes one scale
+    per channel (the default); with depthwise_channels=False it is int8."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), n)
+             for n, s in (("w0", (C, 3, 3, 3)), ("b0", (C,)), ("w1", (C, 1, 3, 3)), ("b1", (C,)))]
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1] * 4),
+             helper.make_node("HardSwish", ["c0"], ["hs"]),
+             helper.make_node("Conv", ["hs", "w1", "b1"], ["y"], pads=[1] * 4, group=C)]
+    g = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, H, W])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, H, W])], inits)
+    mod, params = graph.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]))
+    cal = [_data(s) for s in range(2)]
+    for channels, int8 in ((True, False), (False, True)):
+        text = graph.quantize(mod, params, calibration=cal, int8_activations=True,
+                              depthwise_channels=channels)["main"].script()
+        assert ("_gate_in" in text) == int8, channels

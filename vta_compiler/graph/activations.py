@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .canon import LAYERS
 from .ir import Const, Graph, Node
 
 
@@ -169,17 +170,20 @@ class _Finder:
         return a, b
 
 
-def find_int8_activations(g: Graph) -> dict[int, Int8Activation]:
-    """The activations of a prepared float graph that quantize can keep in int8, by the id of their output node."""
+def find_int8_activations(g: Graph, skip: set[int] | frozenset = frozenset()) -> dict[int, Int8Activation]:
+    """The activations of a prepared float graph that quantize can keep in int8, by the id of their output node.
+    Each input must be int8 already: a quantized layer's output (not one of ``skip``, the layers kept in float) or
+    another such activation's; one that reads a float operator's output stays float (quantizing that output
+    would add a rounding the float path does not have)."""
     f = _Finder(g)
-    out: dict[int, Int8Activation] = {}
+    found: dict[int, Int8Activation] = {}
     taken: set[int] = set()
 
     def add(act: Int8Activation):
         if len(act.nodes[-1].shape) != 4 or any(id(m) in taken for m in act.nodes) or \
                 any(m.attrs.get("act") for m in act.nodes[:-1]):
             return
-        out[id(act.nodes[-1])] = act
+        found[id(act.nodes[-1])] = act
         taken.update(id(m) for m in act.nodes)
     for finder, kind in ((f.swish, "hard_swish"), (f.gate, "hard_sigmoid")):
         for n in reversed(g.nodes):
@@ -190,6 +194,11 @@ def find_int8_activations(g: Graph) -> dict[int, Int8Activation]:
         got = f.multiply(n)
         if got is not None and id(n) not in taken:
             add(Int8Activation("multiply", list(got), [n]))
+    out: dict[int, Int8Activation] = {}
+    for n in g.nodes:           # in graph order: an activation's int8 input may be an earlier activation's output
+        act = found.get(id(n))
+        if act is not None and all((a.op in LAYERS and id(a) not in skip) or id(a) in out for a in act.inputs):
+            out[id(n)] = act
     return out
 
 

@@ -456,9 +456,12 @@ class _Emitter:
 
     def int8_activation(self, n: Node, act) -> bool:
         """Emit activation ``act`` (ending at ``n``) in int8 (``top.activation``'s formulation); False when it
-        cannot be (an input with one exponent per channel, a gate bound or scale out of range): then it stays float."""
+        cannot be (a float input, an input with one exponent per channel, a gate bound or scale out of range): then
+        it stays float."""
         from ..top.activation import HARD_SWISH_MAX_UPPER, fixed_point15
-        exps = [self.q[id(a)][1] if id(a) in self.q else self.exps[id(a)] for a in act.inputs]
+        if not all(self.is_int(a) for a in act.inputs):        # a float input (a layer kept in float)
+            return False
+        exps = [self.q[id(a)][1] for a in act.inputs]
         if any(np.ndim(e) for e in exps):
             return False
         e = np.min(self.exps[id(n)])
@@ -603,7 +606,9 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     ``int8_activations``: hard-sigmoid, hard-swish, the squeeze-excite channel multiply and the elementwise multiply
     of two activations run on int8 values with a fixed-point multiplier (``graph.activations``; what VTA's ALU runs
     with ``alu_mul``, see ``graph_pack(activation=...)``) instead of in float on dequantized values; the default
-    None: when the current VTA configuration (``vta_compiler.get_env()``) has the ISA extension ``alu_mul``.
+    None: when the current VTA configuration (``vta_compiler.get_env()``) has the ISA extension ``alu_mul``. An
+    activation whose input or output ``depthwise_channels`` scales per channel stays float (the per-channel scales
+    are worth more accuracy; ``depthwise_channels=False`` puts every one in int8).
     The module's ``main`` takes the float inputs and returns float outputs.
     """
     if requant not in REQUANT_MODES:
@@ -629,7 +634,10 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
         int8_activations = get_env().config.isa.has("alu_mul")
     try:
         g = prepare(mod, params)
-        acts = find_int8_activations(g) if int8_activations else {}
+        acts = find_int8_activations(g, _skipped(g, skip_layers)) if int8_activations else {}
+        if acts and depthwise_channels:       # per-channel scales of a depthwise input win: such activations stay float
+            per_channel_nodes = set(channel_scaled(g, _skipped(g, skip_layers)))
+            acts = {k: a for k, a in acts.items() if not any(id(m) in per_channel_nodes for m in a.nodes + a.inputs)}
         fixed = qdq.exponents(g, qdq_scales, any_scale_nodes(g, skip_layers, depthwise_channels, chain_nodes(acts))
                               if requant == "multiply" else frozenset())
     except qdq.QdqError as exc:
