@@ -7,6 +7,7 @@ import inspect
 import sys
 
 from . import (
+    activation_bench,
     compiler_bench,
     costmodel_bench,
     depthwise_bench,
@@ -24,7 +25,8 @@ from .common import write_results
 SECTIONS = {"fsim": fsim_bench.run, "tsim": tsim_bench.run, "compiler": compiler_bench.run,
             "operators": operators_bench.run, "network": network_bench.run, "depthwise": depthwise_bench.run,
             "tune": tune_bench.run, "zoo": zoo_bench.run, "costmodel": costmodel_bench.run,
-            "residual": residual_bench.run, "pool": pool_bench.run}
+            "residual": residual_bench.run, "pool": pool_bench.run,
+            "activation": activation_bench.run}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """Shared fixtures: the devices every instruction-level test runs on."""
 
+import contextlib
 import json
 import os
 
@@ -56,6 +57,28 @@ def make_device(request):
         close = getattr(dev, "close", None)
         if close:
             close()
+
+
+@pytest.fixture
+def ext_fsim():
+    """A factory for the tests of the ISA extensions: ``ext_fsim(*extensions, **keys)`` enters the compile
+    environment of the default configuration with ``ISA_EXTENSIONS=extensions`` (and any other config ``keys``
+    replaced), puts a fresh fsim of that configuration behind the runtime and returns ``(env, device)``; both are
+    undone after the test."""
+    import vta_compiler as vta
+    import vta_runtime
+    stack = contextlib.ExitStack()
+
+    def make(*extensions, **keys):
+        cfg = vta.get_env().config.replace(ISA_EXTENSIONS=tuple(extensions), **keys)
+        env = stack.enter_context(vta.Environment(cfg))
+        dev = FsimDevice(cfg)
+        vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
+        stack.callback(vta_runtime.set_command_queue, None)
+        return env, dev
+
+    with stack:
+        yield make
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ import pytest
 from tvm import s_tir, te, topi
 
 import vta_compiler as vta
-import vta_runtime
-from sim.fsim import FsimDevice
 from vta_compiler import VTACompileError
 
 from .programs import build, run
@@ -18,14 +16,9 @@ SHAPE = (5, 6)
 
 
 @pytest.fixture
-def ext_env():
+def ext_env(ext_fsim):
     """The default config with the acc_8bit extension: the compile environment and an fsim behind the runtime."""
-    cfg = vta.get_env().config.replace(ISA_EXTENSIONS=("acc_8bit",))
-    with vta.Environment(cfg) as env:
-        dev = FsimDevice(cfg)
-        vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
-        yield env, dev
-        vta_runtime.set_command_queue(None)
+    return ext_fsim("acc_8bit")
 
 
 def _program(env, shape, *, pad=None, widen_in_copy=False, with_acc=False, shift=0):

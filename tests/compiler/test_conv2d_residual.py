@@ -11,7 +11,6 @@ import pytest
 
 import vta_compiler as vta
 import vta_runtime
-from sim.fsim import FsimDevice
 from vta_compiler import VTACompileError
 from vta_compiler.top import Conv2DTiling, Conv2DWorkload, conv2d_layer, operator, schedule_conv2d_packed
 from vta_compiler.top.common import Residual
@@ -26,13 +25,8 @@ def ext_config(base=None):
 
 
 @pytest.fixture
-def ext_env():
-    cfg = ext_config()
-    with vta.Environment(cfg) as env:
-        dev = FsimDevice(cfg)
-        vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
-        yield env, dev
-        vta_runtime.set_command_queue(None)
+def ext_env(ext_fsim):
+    return ext_fsim("acc_8bit")
 
 
 # ------------------------------------------------------------------------------------------ numpy reference

@@ -8,7 +8,6 @@ import pytest
 
 import vta_compiler as vta
 import vta_runtime
-from sim.fsim import FsimDevice
 from vta_compiler import VTACompileError
 from vta_compiler.top import operator, pack_nchw, unpack_nchw
 from vta_compiler.top.pool2d import Pool2DTiling, Pool2DWorkload, pool2d_layer, schedule_pool2d_packed
@@ -30,13 +29,8 @@ def _numpy_max_pool(x, k, s, p):
 
 
 @pytest.fixture
-def ext_env():
-    cfg = vta.get_env().config.replace(ISA_EXTENSIONS=("acc_8bit",))
-    with vta.Environment(cfg) as env:
-        dev = FsimDevice(cfg)
-        vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
-        yield env, dev
-        vta_runtime.set_command_queue(None)
+def ext_env(ext_fsim):
+    return ext_fsim("acc_8bit")
 
 
 def _pool(env, x, k, s, p, tiling=None):
@@ -94,13 +88,8 @@ def test_max_pool_refusals(ext_env):
 
 # ------------------------------------------------------------------------------------------------ average pooling
 @pytest.fixture
-def mul_env():
-    cfg = vta.get_env().config.replace(ISA_EXTENSIONS=("alu_mul", "acc_8bit"))
-    with vta.Environment(cfg) as env:
-        dev = FsimDevice(cfg)
-        vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
-        yield env, dev
-        vta_runtime.set_command_queue(None)
+def mul_env(ext_fsim):
+    return ext_fsim("alu_mul", "acc_8bit")
 
 
 def _numpy_avg_pool(x, k, s, p, mult, shift):

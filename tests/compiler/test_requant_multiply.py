@@ -9,7 +9,6 @@ import pytest
 
 import vta_compiler as vta
 import vta_runtime
-from sim.fsim import FsimDevice
 from vta_compiler import VTACompileError
 from vta_compiler.reference import fixed_point
 from vta_compiler.top import (
@@ -34,13 +33,8 @@ def mul_config(base=None):
 
 
 @pytest.fixture
-def mul_env():
-    cfg = mul_config()
-    with vta.Environment(cfg) as env:
-        dev = FsimDevice(cfg)
-        vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
-        yield env, dev
-        vta_runtime.set_command_queue(None)
+def mul_env(ext_fsim):
+    return ext_fsim("alu_mul")
 
 
 # ------------------------------------------------------------------------------------------ numpy reference

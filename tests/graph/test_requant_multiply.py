@@ -16,8 +16,6 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import vta_compiler as vta  # noqa: E402
-import vta_runtime  # noqa: E402
-from sim.fsim import FsimDevice  # noqa: E402
 from vta_compiler import graph  # noqa: E402
 from vta_compiler.graph.prepare import QuantizationError  # noqa: E402
 
@@ -54,13 +52,8 @@ def quantized():
 
 
 @pytest.fixture
-def mul_env():
-    cfg = vta.get_env().config.replace(ISA_EXTENSIONS=("alu_mul",))
-    with vta.Environment(cfg) as env:
-        dev = FsimDevice(cfg)
-        vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
-        yield env, dev
-        vta_runtime.set_command_queue(None)
+def mul_env(ext_fsim):
+    return ext_fsim("alu_mul")
 
 
 def test_the_multiply_network_runs_on_vta_bit_for_bit(quantized, mul_env):

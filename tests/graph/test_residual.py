@@ -11,8 +11,6 @@ from graph_helpers import run_cpu, run_vta
 tvm = pytest.importorskip("tvm")
 
 import vta_compiler as vta  # noqa: E402
-import vta_runtime  # noqa: E402
-from sim.fsim import FsimDevice  # noqa: E402
 from vta_compiler import graph  # noqa: E402
 from vta_compiler.graph.ir import GraphError  # noqa: E402
 from vta_compiler.graph.models import imagenet_like, resnet_onnx  # noqa: E402
@@ -30,13 +28,8 @@ def small_resnet():
 
 
 @pytest.fixture
-def ext_env():
-    cfg = vta.get_env().config.replace(ISA_EXTENSIONS=("acc_8bit",))
-    with vta.Environment(cfg) as env:
-        dev = FsimDevice(cfg)
-        vta_runtime.set_command_queue(vta_runtime.CommandQueue(dev))
-        yield env, dev
-        vta_runtime.set_command_queue(None)
+def ext_env(ext_fsim):
+    return ext_fsim("acc_8bit")
 
 
 def host_adds(pl):

@@ -145,6 +145,7 @@ class Packer:
             args.append(self.devconst(op.pack_channels(layer.multiplier, wkl, env), f"{layer.name}_m"))
         if layer.residual is not None:       # the int8 shortcut, packed like the result (ACC_8BIT-loaded)
             args.append(self.get_packed(layer.shortcut))
+        args += [self.get_packed(o) for o in layer.offload.operands]      # e.g. a multiply's second operand
         out_shape = tuple(layer.offload.output_shape or layer.out.shape)
         out_ty = relax.TensorType(packed_shape(out_shape, env), "int8", vdevice=self.vta)
         self.packed[id(layer.out)] = self.emit(relax.call_tir(gv, args, out_ty=out_ty), layer.name)

@@ -102,11 +102,10 @@ def match_layers(func: relax.Function, g: Graph, env: Environment,
 
 def host_chains(g: Graph, env: Environment, options: dict, users: dict, taken: set,
                 reasons: dict[int, str]) -> list[VtaLayer]:
-    """The chains of int8 host ops (pooling) an operator takes over (``Operator.host_chain``), placed by option
-    ``pool``: "auto" where the cost model's time at the configuration's clock beats the board host's estimate,
-    "vta" every one VTA can run (else a GraphError), "cpu" none. A chain left on the CPU gets the reason as the
-    placement note of its nodes."""
-    where = options.get("pool", "auto")
+    """The chains of int8 host ops (pooling, activations) an operator takes over (``Operator.host_chain``), placed
+    by the operator's option (``Operator.host_option``: ``pool``, ``activation``): "auto" where the cost model's
+    time at the configuration's clock beats the board host's estimate, "vta" every one VTA can run (else a
+    GraphError), "cpu" none. A chain left on the CPU gets the reason as the placement note of its nodes."""
     out = []
     for n in g.nodes:
         if id(n) in taken or n.call is None:
@@ -115,25 +114,27 @@ def host_chains(g: Graph, env: Environment, options: dict, users: dict, taken: s
             got = op.host_chain(n, users, env, options)
             if got is None:
                 continue
+            opt = op.host_option
+            where = options.get(opt, "auto")
             nodes = [n]
             if not isinstance(got, str):
                 off, nodes, x, last = got
                 if any(id(p) in taken for p in nodes):
                     break
                 layer = VtaLayer(last.name, last, nodes[::-1], x, off, None, None, None)
-                got = "graph_pack(pool='cpu') keeps pools on the CPU" if where == "cpu" else \
+                got = f"graph_pack({opt}='cpu') keeps {op.host_what} on the CPU" if where == "cpu" else \
                     (op.placement_refusal(off, env, 1) if x.shape[0] % env.BATCH == 0 else None)
                 if got is None:
                     host_us, vta_us, cost = host_chain_cost(layer, env)
                     if where == "auto" and vta_us >= host_us:
-                        got = f"the host is faster: {cost} (graph_pack(pool='vta') runs it on VTA anyway)"
+                        got = f"the host is faster: {cost} (graph_pack({opt}='vta') runs it on VTA anyway)"
                     else:
                         off.note = f"{off.note}; {cost}" if off.note else cost
                         out.append(layer)
                         taken.update(id(p) for p in nodes)
                         break
             if where == "vta":
-                raise GraphError(f"graph_pack(pool='vta'): {n.op.removeprefix('relax.')} {n.name} cannot run on "
+                raise GraphError(f"graph_pack({opt}='vta'): {n.op.removeprefix('relax.')} {n.name} cannot run on "
                                  f"VTA: {got}")
             for p in nodes:
                 reasons.setdefault(id(p), got)

@@ -46,12 +46,21 @@ def graph_pack(qmod: tvm.IRModule, env: Environment | None = None, **options) ->
     host); ``pool="auto"`` (the default: with ``acc_8bit``, the quantizer's int8 max pool of a non-negative input
     and, with ``alu_mul`` too, its global average pool run on VTA where the cost model at the configuration's
     clock beats the board host's estimate; both figures in the note), ``"vta"`` (every one, or a GraphError) or
-    ``"cpu"``. Returns a Relax module whose ``main`` calls VTA kernels
+    ``"cpu"``; ``activation="auto"`` (the default: with ``alu_mul`` and ``acc_8bit``, the quantizer's int8
+    hard-sigmoid, hard-swish, squeeze-excite channel multiply and elementwise multiply, see
+    ``graph.activations``, run on VTA's ALU where the cost model beats the board host's estimate), ``"vta"``
+    (every one, or a GraphError; refused on a configuration without the extensions) or ``"cpu"``. Returns a Relax
+    module whose ``main`` calls VTA kernels
     (one per distinct workload) and host operators, with the VDevices ``[cpu, ext_dev]`` declared;
     ``graph.placement(pmod)`` reports where each op runs and why, ``graph.build`` compiles it.
     """
     env = env or get_env()
     _check_options(options)
+    if options.get("activation") == "vta":
+        from ..top.activation import activation_refusal
+        reason = activation_refusal(env)
+        if reason:
+            raise GraphError(f"graph_pack(activation='vta'): {reason}")
     func = qmod["main"]
     g = Graph.from_relax(func)
     layers, reasons = match_layers(func, g, env, options)

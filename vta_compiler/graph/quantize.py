@@ -37,6 +37,7 @@ from ..top.common import MUL_MAX, MUL_MIN
 from . import calibrate as cal
 from . import qdq
 from . import sensitivity as sens
+from .activations import chain_nodes, find_int8_activations
 from .calibrate import EXP_MAX, METHODS, exponent_for
 from .canon import LAYERS, out_channel_rows, scale_out_channels
 from .evaluate import evaluate_node
@@ -75,19 +76,20 @@ def _depthwise_reader(u: Node, n: Node, skip: set[int]) -> bool:
     return u.op == "conv2d" and id(u) not in skip and u.attrs["groups"] == n.shape[1] > 1 and u.inputs[0] is n
 
 
-def channel_scaled(g: Graph, skip: set[int]) -> dict[int, list[Node]]:
+def channel_scaled(g: Graph, skip: set[int], exclude: frozenset | set = frozenset()) -> dict[int, list[Node]]:
     """The tensors that can take one exponent per channel (axis 1), with the depthwise layers that read them.
 
     Such a tensor's int8 values are read only by depthwise layers (which fold each channel's exponent into
     their per-channel weight scale and shift) or dequantized for float operators on the host (a per-channel
     multiply), and at least one depthwise layer reads it, directly or through float operators that work
     channel by channel (hard-swish between a convolution and a depthwise one). Its producer then requantizes
-    each channel with its own shift (a VTA layer) or scale (a float operator).
+    each channel with its own shift (a VTA layer) or scale (a float operator). The nodes in ``exclude`` (int8
+    activations and their inputs, see ``graph.activations``) keep one exponent per tensor.
     """
     users = g.users()
     ok: dict[int, list[Node]] = {}
     for n in g.nodes:
-        if len(n.shape) < 2 or not n.dtype.startswith("float") or n.is_tuple:
+        if len(n.shape) < 2 or not n.dtype.startswith("float") or n.is_tuple or id(n) in exclude:
             continue
         us = users[id(n)]
         if us and all(u is None or _depthwise_reader(u, n, skip) or (u.op not in LAYERS and not _int_capable(u))
@@ -147,12 +149,13 @@ def power_of_two_needed(g: Graph) -> set[int]:
     return need
 
 
-def any_scale_nodes(g: Graph, skip_layers: Sequence, depthwise_channels: bool) -> set[int]:
+def any_scale_nodes(g: Graph, skip_layers: Sequence, depthwise_channels: bool,
+                    exclude: frozenset | set = frozenset()) -> set[int]:
     """The nodes whose output may have any scale with ``requant="multiply"``: those the integer host operators
     do not compute (layers, inputs, float operators), unless a shift-rescaling host operator reads them or they
     take one scale per channel (``channel_scaled``)."""
     skip = _skipped(g, skip_layers)
-    keep = power_of_two_needed(g) | (set(channel_scaled(g, skip)) if depthwise_channels else set())
+    keep = power_of_two_needed(g) | (set(channel_scaled(g, skip, exclude)) if depthwise_channels else set())
     return {id(n) for n in g.nodes if id(n) not in keep and (n.op in LAYERS or not _int_capable(n))}
 
 
@@ -178,8 +181,10 @@ class _Emitter:
     """Writes the integer network with a BlockBuilder, node by node."""
 
     def __init__(self, g: Graph, exps: dict[int, int], skip: set[int], per_channel: bool | str,
-                 requant: str = "shift"):
+                 requant: str = "shift", acts: dict | None = None):
         self.g, self.exps, self.skip, self.per_channel = g, exps, skip, per_channel
+        self.acts = acts or {}          # the int8 activations (graph.activations), by output node
+        self.act_inner = {id(m) for a in self.acts.values() for m in a.nodes[:-1]}
         self.multiply = requant == "multiply"
         self.bb = relax.BlockBuilder()
         self.q: dict[int, tuple[Any, int]] = {}      # id(node) -> (int8 var, exponent)
@@ -449,7 +454,63 @@ class _Emitter:
         else:
             self.f[id(n)] = Graph.emit_call(self.bb, n, [self.f[id(t)]])
 
+    def int8_activation(self, n: Node, act) -> bool:
+        """Emit activation ``act`` (ending at ``n``) in int8 (``top.activation``'s formulation); False when it
+        cannot be (a float input, an input with one exponent per channel, a gate bound or scale out of range): then
+        it stays float."""
+        from ..top.activation import HARD_SWISH_MAX_UPPER, fixed_point15
+        if not all(self.is_int(a) for a in act.inputs):        # a float input (a layer kept in float)
+            return False
+        exps = [self.q[id(a)][1] for a in act.inputs]
+        if any(np.ndim(e) for e in exps):
+            return False
+        e = np.min(self.exps[id(n)])
+        e_out = float(e) if self.multiply and e != round(e) else int(round(float(e)))
+        ex = exps[0]
+        if act.kind == "multiply":
+            scale = 2.0 ** (e_out - ex - exps[1])
+        else:
+            t, u = round(act.beta / act.alpha * 2.0 ** ex), round(2.0 ** ex / act.alpha)
+            limit = HARD_SWISH_MAX_UPPER if act.kind == "hard_swish" else MUL_MAX
+            if not 1 <= u <= limit or not MUL_MIN <= t <= MUL_MAX:
+                return False
+            scale = act.alpha * 2.0 ** (e_out - (2 if act.kind == "hard_swish" else 1) * ex)
+        try:
+            m, k = fixed_point15(scale)
+        except ValueError:
+            return False
+        lo, hi = self.clip_bounds(n.attrs.get("act"), e_out)
+        ins = [self.qval(a)[0] for a in act.inputs]
+        name = n.name
+        x32 = self.emit(relax.op.astype(ins[0], "int32"), f"{name}_x")
+        if act.kind == "multiply":
+            y32 = self.emit(relax.op.astype(ins[1], "int32"), f"{name}_y")
+            p = self.emit(relax.op.multiply(x32, y32), f"{name}_product")
+        else:
+            gate = self.emit(relax.op.add(x32, const(t, "int32")), f"{name}_gate_in")
+            gate = self.emit(relax.op.clip(gate, 0, u), f"{name}_gate")
+            p = self.emit(relax.op.multiply(x32, gate), f"{name}_product") if act.kind == "hard_swish" else gate
+        v = self.emit(relax.op.multiply(p, const(m, "int32")), f"{name}_mul")
+        if k:
+            v = self.emit(relax.op.add(v, const(1 << (k - 1), "int32")), f"{name}_round")
+            v = self.emit(relax.op.right_shift(v, const(k, "int32")), f"{name}_post")
+        v = self.emit(relax.op.clip(v, lo, hi), f"{name}_clip")
+        self.exps[id(n)] = e_out
+        self.q[id(n)] = (self.emit(relax.op.astype(v, "int8"), name), e_out)
+        return True
+
     def host(self, n: Node) -> None:
+        act = self.acts.get(id(n))
+        if act is not None:
+            if self.int8_activation(n, act):
+                return
+            for m in act.nodes[:-1]:       # in float after all
+                self.host_op(m)
+        elif id(n) in self.act_inner:
+            return                          # emitted with its activation's output
+        self.host_op(n)
+
+    def host_op(self, n: Node) -> None:
         ins = n.inputs
         ints = ins and all(self.is_int(a) or (a.op == "input" and a.dtype.startswith("float")) for a in ins) and \
             all(isinstance(a, Node) for a in n.tensor_args)
@@ -511,7 +572,8 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
              global_scale: float | None = None, skip_layers: Sequence = (), per_channel: bool = True,
              percentile: float | None = None, calibrate: str = "max", depthwise_channels: bool = True,
              bias_correction: bool = False, float_budget: float | None = None, eval_data: Iterable | None = None,
-             metric=None, qdq_scales: str = "exact", requant: str = "shift") -> tvm.IRModule:
+             metric=None, qdq_scales: str = "exact", requant: str = "shift",
+             int8_activations: bool | None = None) -> tvm.IRModule:
     """Quantize a float network to VTA's integer form; returns a Relax module that runs on the CPU as is.
 
     ``mod, params``: from ``from_onnx`` or ``relax.frontend.nn`` (``export_tvm``). ``calibration``: input
@@ -541,6 +603,12 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     add, concat or global pooling reads it: those rescale by shifts), its weights use the whole int8 range
     per channel, and ``y = int8(clip((clip16((acc + bias) >> pre) * M + 2**(post-1)) >> post))`` with
     ``M`` in [1024, 2048) per channel or per layer (see ``vta_compiler.reference.fixed_point``).
+    ``int8_activations``: hard-sigmoid, hard-swish, the squeeze-excite channel multiply and the elementwise multiply
+    of two activations run on int8 values with a fixed-point multiplier (``graph.activations``; what VTA's ALU runs
+    with ``alu_mul``, see ``graph_pack(activation=...)``) instead of in float on dequantized values; the default
+    None: when the current VTA configuration (``vta_compiler.get_env()``) has the ISA extension ``alu_mul``. An
+    activation whose input or output ``depthwise_channels`` scales per channel stays float (the per-channel scales
+    are worth more accuracy; ``depthwise_channels=False`` puts every one in int8).
     The module's ``main`` takes the float inputs and returns float outputs.
     """
     if requant not in REQUANT_MODES:
@@ -552,7 +620,8 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
             raise QuantizationError(f"float_budget must be a number >= 0, got {float_budget!r}")
         calibration = list(calibration)
         kw = {"per_channel": per_channel, "percentile": percentile, "calibrate": calibrate,
-              "depthwise_channels": depthwise_channels, "bias_correction": bias_correction, "requant": requant}
+              "depthwise_channels": depthwise_channels, "bias_correction": bias_correction, "requant": requant,
+              "int8_activations": int8_activations}
         chosen, _, _ = sens.fewest_float_layers(quantize, mod, params, calibration, float_budget, eval_data,
                                                 metric=metric, **kw)
         names = [n.name for n in layer_index(prepare(mod, params))]
@@ -560,9 +629,16 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
         keep = [k for k in names if k in keep]
         out = quantize(mod, params, calibration, skip_layers=keep, **kw)
         return tvm.IRModule({"main": out["main"].with_attr("vta.float_layers", keep)})
+    if int8_activations is None:
+        from ..environment import get_env
+        int8_activations = get_env().config.isa.has("alu_mul")
     try:
         g = prepare(mod, params)
-        fixed = qdq.exponents(g, qdq_scales, any_scale_nodes(g, skip_layers, depthwise_channels)
+        acts = find_int8_activations(g, _skipped(g, skip_layers)) if int8_activations else {}
+        if acts and depthwise_channels:       # per-channel scales of a depthwise input win: such activations stay float
+            per_channel_nodes = set(channel_scaled(g, _skipped(g, skip_layers)))
+            acts = {k: a for k, a in acts.items() if not any(id(m) in per_channel_nodes for m in a.nodes + a.inputs)}
+        fixed = qdq.exponents(g, qdq_scales, any_scale_nodes(g, skip_layers, depthwise_channels, chain_nodes(acts))
                               if requant == "multiply" else frozenset())
     except qdq.QdqError as exc:
         raise QuantizationError(str(exc)) from None
@@ -591,7 +667,7 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
             raise QuantizationError("bias_correction needs calibration data, not global_scale")
         batches = None
     else:
-        dw = channel_scaled(g, skip) if depthwise_channels else {}
+        dw = channel_scaled(g, skip, chain_nodes(acts)) if depthwise_channels else {}
         batches = calibration_batches(g, calibration)
         if calibrate == "percentile" and percentile is None:
             percentile = cal.PERCENTILE
@@ -608,11 +684,11 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
                 if n.op in LAYERS and id(n) not in skip and id(n) not in keep and id(n) in stats:
                     exps[id(n)] = _real_exponent(stats[id(n)], calibrate)
     exps.update(fixed)
-    em = _Emitter(g, dict(exps), skip, per_channel, requant)
+    em = _Emitter(g, dict(exps), skip, per_channel, requant, acts)
     func = _run_emitter(em, g)
     if bias_correction and em.layers:
         _correct_biases(g, func, em.layers, batches)
-        em = _Emitter(g, dict(exps), skip, per_channel, requant)
+        em = _Emitter(g, dict(exps), skip, per_channel, requant, acts)
         func = em.run()
     func = func.with_attr("vta.quantized_layers", [ly["name"] for ly in em.layers])
     out = tvm.IRModule({"main": func})

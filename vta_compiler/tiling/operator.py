@@ -62,6 +62,10 @@ class Operator:
     relax_ops: tuple[str, ...] = ()
     #: options of graph_pack this operator reads, with their allowed values
     options: dict[str, tuple] = {}
+    #: the graph_pack option that places the host chains this operator takes (``host_chain``), and what the
+    #: placement notes call them
+    host_option: str = ""
+    host_what: str = ""
 
     # ---------------------------------------------------------------------------------------- workloads
     def accepts(self, obj) -> bool:
@@ -309,3 +313,5 @@ class Offload:
     output_shape: tuple[int, ...] | None = None
     channel_axis: int = 1
     note: str = ""
+    #: further int8 graph nodes the kernel reads after its input, packed (an elementwise multiply's second operand)
+    operands: tuple = ()

@@ -3,8 +3,9 @@
 Each operator is one object of a :class:`vta_compiler.tiling.Operator` subclass, registered in
 ``vta_compiler.tiling.registry``: ``conv2d`` (:mod:`.conv2d`), ``group_conv2d`` (grouped and depthwise,
 :mod:`.group_conv2d`), ``conv2d_transpose`` (:mod:`.conv2d_transpose`), ``dense`` (:mod:`.dense`) and
-``batch_matmul`` (:mod:`.batch_matmul`, run as dense) and ``pool2d`` (max pooling on the ALU,
-:mod:`.pool2d`). Each file
+``batch_matmul`` (:mod:`.batch_matmul`, run as dense), ``pool2d`` (max and average pooling on the ALU,
+:mod:`.pool2d`) and ``activation`` (elementwise and channel multiply, hard-sigmoid, hard-swish on the ALU,
+:mod:`.activation`). Each file
 also has the functions users call: a ``*_layer`` PrimFunc builder, a ``schedule_*_packed`` with automatic tiling,
 a ``*_tiling`` and, where VTA refuses some shapes, a ``*_supported(wkl, env)`` that says in one sentence why
 (None when it can). What the GEMM operators share (knobs, the cost model, the schedule ending) is in
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from ..tiling import Operator, register
 from ..tiling import registry as _registry
-from . import batch_matmul, conv2d, conv2d_transpose, dense, group_conv2d, pool2d  # noqa: F401  (each registers)
+from . import activation, batch_matmul, conv2d, conv2d_transpose, dense, group_conv2d, pool2d  # noqa: F401  (each registers)
 from .bitpack import bitpack, bitpack_np, bitunpack, bitunpack_np
 from .conv2d import (
     RESNET18,

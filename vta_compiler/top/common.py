@@ -14,6 +14,20 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+class WindowOutput:
+    """The output size of a sliding window (a convolution's or a pool's) for a workload with fields ``height``,
+    ``width``, ``hkernel``, ``wkernel``, ``hpad``, ``wpad``, ``hstride`` and ``wstride`` (a mixin of the frozen
+    workload dataclasses: no fields of its own)."""
+
+    @property
+    def out_height(self) -> int:
+        return (self.height + 2 * self.hpad - self.hkernel) // self.hstride + 1
+
+    @property
+    def out_width(self) -> int:
+        return (self.width + 2 * self.wpad - self.wkernel) // self.wstride + 1
+
+
 #: graph_pack's option ``residual`` (read by the operators that fuse a residual add): where the quantizer's residual
 #: adds after a VTA layer run: "auto" fused into the layer where VTA can, "vta" fused or an error, "cpu" on the host
 RESIDUAL_PLACES = ("auto", "vta", "cpu")

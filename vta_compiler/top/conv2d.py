@@ -36,11 +36,11 @@ from ..transform.common import VTACompileError
 from ..transform.vthread import PIPELINE
 from . import conv_family as F
 from . import packing as P
-from .common import RESIDUAL_PLACES, Requant, Residual, divisors, epilogue, find_blocks, mock_names
+from .common import RESIDUAL_PLACES, Requant, Residual, WindowOutput, divisors, epilogue, find_blocks, mock_names
 
 
 @dataclass(frozen=True)
-class Conv2DWorkload:
+class Conv2DWorkload(WindowOutput):
     batch: int
     height: int
     width: int
@@ -54,14 +54,6 @@ class Conv2DWorkload:
     wstride: int
     #: a residual add fused into the epilogue (an int8 shortcut of the output's shape, see ``common.Residual``)
     residual: bool = False
-
-    @property
-    def out_height(self) -> int:
-        return (self.height + 2 * self.hpad - self.hkernel) // self.hstride + 1
-
-    @property
-    def out_width(self) -> int:
-        return (self.width + 2 * self.wpad - self.wkernel) // self.wstride + 1
 
     @property
     def macs(self) -> int:

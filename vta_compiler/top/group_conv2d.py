@@ -38,11 +38,11 @@ from ..transform.common import VTACompileError
 from ..transform.vthread import PIPELINE
 from . import conv_family as F
 from . import packing as P
-from .common import divisors, epilogue, find_blocks, mock_names
+from .common import WindowOutput, divisors, epilogue, find_blocks, mock_names
 
 
 @dataclass(frozen=True)
-class GroupConv2DWorkload:
+class GroupConv2DWorkload(WindowOutput):
     batch: int
     height: int
     width: int
@@ -55,14 +55,6 @@ class GroupConv2DWorkload:
     wpad: int
     hstride: int
     wstride: int
-
-    @property
-    def out_height(self) -> int:
-        return (self.height + 2 * self.hpad - self.hkernel) // self.hstride + 1
-
-    @property
-    def out_width(self) -> int:
-        return (self.width + 2 * self.wpad - self.wkernel) // self.wstride + 1
 
     @property
     def in_per_group(self) -> int:

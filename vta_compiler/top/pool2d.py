@@ -36,11 +36,11 @@ from ..tiling import BufferNeeds, Knob, LayerData, Offload, Operator, register, 
 from ..transform.common import VTACompileError
 from . import conv_family as F
 from . import packing as P
-from .common import divisors, mock_names, pragma
+from .common import WindowOutput, divisors, mock_names, pragma
 
 
 @dataclass(frozen=True)
-class Pool2DWorkload:
+class Pool2DWorkload(WindowOutput):
     batch: int
     height: int
     width: int
@@ -57,14 +57,6 @@ class Pool2DWorkload:
     mode: str = "max"
     multiplier: int = 0
     shift: int = 0
-
-    @property
-    def out_height(self) -> int:
-        return (self.height + 2 * self.hpad - self.hkernel) // self.hstride + 1
-
-    @property
-    def out_width(self) -> int:
-        return (self.width + 2 * self.wpad - self.wkernel) // self.wstride + 1
 
     @property
     def macs(self) -> int:
@@ -119,6 +111,7 @@ class Pool2D(Operator):
     tiling_type = Pool2DTiling
     relax_ops = ()                  # no MACs: graph_pack finds pools with host_chain
     options = {"pool": POOL_PLACES}
+    host_option, host_what = "pool", "pools"
 
     def describe(self, w) -> str:
         return (f"{self.label(w)} {w.height}x{w.width}x{w.channels} {w.hkernel}x{w.wkernel} s{w.hstride}"
