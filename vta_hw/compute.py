@@ -228,9 +228,11 @@ class Compute(wiring.Component):
             touches = overlap(u_lo, u_hi - 1, q_dlo[k], q_dhi[k]) | (q_src[k] & overlap(u_lo, u_hi - 1, q_slo[k],
                                                                                         q_shi[k]))
             acc_clash = acc_clash | (q_valid[k] & ~q_empty[k] & touches)
+        # registered (its comparators are long): what it says can only get truer while the sequencer waits, since
+        # only the sequencer adds instructions; it is computed from the instruction from WAIT on
         load_beside = Signal()
         clash = Mux(mem.memory_type == MemType.UOP, uop_clash, acc_clash)
-        m.d.comb += load_beside.eq((op == Opcode.LOAD) & (mem.x_size != 0) & (q_count != ALU_QUEUE) &
+        m.d.sync += load_beside.eq((op == Opcode.LOAD) & (mem.x_size != 0) & (q_count != ALU_QUEUE) &
                                    (mem.y_size + mem.y_pad_0 + mem.y_pad_1 == 1) & ~mem.push_prev_dep &
                                    ~mem.push_next_dep & ~clash)
         gemm_go, alu_go, load_done = Signal(), Signal(), Signal()
