@@ -214,8 +214,9 @@ class Compute(wiring.Component):
         # a LOAD without pushes may run while the engines do (it retires after the older instructions, through
         # the ALU queue): a UOP load if no unretired GEMM or ALU instruction reads the uops it writes (one row:
         # [sram_base, sram_base + x_pad_0 + x_size + x_pad_1))
-        u_lo = mem.sram_base
-        u_hi = mem.sram_base + mem.x_pad_0 + mem.x_size + mem.x_pad_1
+        # (registered from the held instruction, then compared: two cycles from WAIT on, see ``beside_age``)
+        u_lo, u_hi = Signal(BOUND_BITS), Signal(BOUND_BITS)
+        m.d.sync += [u_lo.eq(mem.sram_base), u_hi.eq(mem.sram_base + mem.x_pad_0 + mem.x_size + mem.x_pad_1)]
         def reads_uops(word):
             v = data.View(lay.gemm, word)
             return (v.uop_bgn < u_hi) & (u_lo < v.uop_end)
@@ -229,8 +230,9 @@ class Compute(wiring.Component):
                                                                                         q_shi[k]))
             acc_clash = acc_clash | (q_valid[k] & ~q_empty[k] & touches)
         # registered (its comparators are long): what it says can only get truer while the sequencer waits, since
-        # only the sequencer adds instructions; it is computed from the instruction from WAIT on
+        # only the sequencer adds instructions; it holds for the instruction two cycles after it was taken
         load_beside = Signal()
+        beside_age = Signal(2)
         clash = Mux(mem.memory_type == MemType.UOP, uop_clash, acc_clash)
         m.d.sync += load_beside.eq((op == Opcode.LOAD) & (mem.x_size != 0) & (q_count != ALU_QUEUE) &
                                    (mem.y_size + mem.y_pad_0 + mem.y_pad_1 == 1) & ~mem.push_prev_dep &
@@ -241,11 +243,12 @@ class Compute(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(~halt & ~self.finished)
                 with m.If(self.cmd.valid & self.cmd.ready):
-                    m.d.sync += [insn.eq(self.cmd.payload.insn), index.eq(self.cmd.payload.index)]
+                    m.d.sync += [insn.eq(self.cmd.payload.insn), index.eq(self.cmd.payload.index), beside_age.eq(0)]
                     with m.If(data.View(lay.mem, self.cmd.payload.insn).opcode == Opcode.LOAD):
                         m.d.sync += load_insn.eq(self.cmd.payload.insn)
                     m.next = "WAIT"
             with m.State("WAIT"):
+                m.d.sync += beside_age.eq(Mux(beside_age[1], beside_age, beside_age + 1))
                 with m.If(halt):
                     m.next = "IDLE"
                 with m.Elif(~waiting):
@@ -303,9 +306,10 @@ class Compute(wiring.Component):
                 with m.If(halt | ~unretired):
                     m.next = "IDLE"
             with m.State("DRAIN"):
+                m.d.sync += beside_age.eq(Mux(beside_age[1], beside_age, beside_age + 1))
                 with m.If(halt):
                     m.next = "IDLE"
-                with m.Elif(~unretired | load_beside):
+                with m.Elif(~unretired | (load_beside & beside_age[1])):
                     works = (op == Opcode.LOAD) & (mem.x_size != 0)
                     with m.If(works):
                         with m.If(op == Opcode.LOAD):
