@@ -212,31 +212,33 @@ class Compute(wiring.Component):
         scan_done = sc_active & (sc_left == 0) & ~Cat(*sc_pipe).any()
 
         # a LOAD without pushes may run while the engines do (it retires after the older instructions, through
-        # the ALU queue): a UOP load if no unretired GEMM or ALU instruction reads the uops it writes (one row:
-        # [sram_base, sram_base + x_pad_0 + x_size + x_pad_1))
-        # (registered from the held instruction, then compared: two cycles from WAIT on, see ``beside_age``)
-        u_lo, u_hi = Signal(BOUND_BITS), Signal(BOUND_BITS)
-        m.d.sync += [u_lo.eq(mem.sram_base), u_hi.eq(mem.sram_base + mem.x_pad_0 + mem.x_size + mem.x_pad_1)]
+        # the ALU queue): a UOP load if no unretired GEMM or ALU instruction reads the uops it writes, an ACC
+        # (ACC_8BIT) load if none touches the accumulators it writes (one row: [sram_base, sram_base + x_pad_0 +
+        # x_size + x_pad_1)). In three registered stages (the comparators are long): the row, then a clash bit per
+        # unretired instruction, then their OR. What they say can only get truer while the sequencer waits (only
+        # it adds instructions), so the answer holds three cycles after the instruction was taken (``beside_age``).
+        u_lo, u_hi, u_acc = Signal(BOUND_BITS), Signal(BOUND_BITS), Signal()
+        m.d.sync += [u_lo.eq(mem.sram_base), u_hi.eq(mem.sram_base + mem.x_pad_0 + mem.x_size + mem.x_pad_1),
+                     u_acc.eq(mem.memory_type != MemType.UOP)]
+
         def reads_uops(word):
             v = data.View(lay.gemm, word)
             return (v.uop_bgn < u_hi) & (u_lo < v.uop_end)
-        uop_clash = g_unret & ~g_done & reads_uops(g_insn)
+
+        def touches(lo, hi):
+            return overlap(u_lo, u_hi - 1, lo, hi)
+        clash_bits = Signal(ALU_QUEUE + 1)
+        m.d.sync += clash_bits[ALU_QUEUE].eq(g_unret & Mux(u_acc, ~g_empty & touches(g_lo, g_hi),
+                                                            ~g_done & reads_uops(g_insn)))
         for k in range(ALU_QUEUE):
-            uop_clash = uop_clash | (q_valid[k] & ~q_done[k] & reads_uops(q_insn[k]))
-        # likewise an ACC (ACC_8BIT) load of one row whose accumulators no unretired instruction touches
-        acc_clash = g_unret & ~g_empty & overlap(u_lo, u_hi - 1, g_lo, g_hi)
-        for k in range(ALU_QUEUE):
-            touches = overlap(u_lo, u_hi - 1, q_dlo[k], q_dhi[k]) | (q_src[k] & overlap(u_lo, u_hi - 1, q_slo[k],
-                                                                                        q_shi[k]))
-            acc_clash = acc_clash | (q_valid[k] & ~q_empty[k] & touches)
-        # registered (its comparators are long): what it says can only get truer while the sequencer waits, since
-        # only the sequencer adds instructions; it holds for the instruction two cycles after it was taken
-        load_beside = Signal()
-        beside_age = Signal(2)
-        clash = Mux(mem.memory_type == MemType.UOP, uop_clash, acc_clash)
-        m.d.sync += load_beside.eq((op == Opcode.LOAD) & (mem.x_size != 0) & (q_count != ALU_QUEUE) &
+            acc_k = ~q_empty[k] & (touches(q_dlo[k], q_dhi[k]) | (q_src[k] & touches(q_slo[k], q_shi[k])))
+            m.d.sync += clash_bits[k].eq(q_valid[k] & Mux(u_acc, acc_k, ~q_done[k] & reads_uops(q_insn[k])))
+        beside_kind = Signal()
+        m.d.sync += beside_kind.eq((op == Opcode.LOAD) & (mem.x_size != 0) & (q_count != ALU_QUEUE) &
                                    (mem.y_size + mem.y_pad_0 + mem.y_pad_1 == 1) & ~mem.push_prev_dep &
-                                   ~mem.push_next_dep & ~clash)
+                                   ~mem.push_next_dep)
+        beside_age = Signal(2)
+        load_beside = beside_kind & ~clash_bits.any() & (beside_age == 3)
         gemm_go, alu_go, load_done = Signal(), Signal(), Signal()
         seq_push = Signal()
         with m.FSM(init="IDLE", name="sequence") as fsm:
@@ -248,7 +250,7 @@ class Compute(wiring.Component):
                         m.d.sync += load_insn.eq(self.cmd.payload.insn)
                     m.next = "WAIT"
             with m.State("WAIT"):
-                m.d.sync += beside_age.eq(Mux(beside_age[1], beside_age, beside_age + 1))
+                m.d.sync += beside_age.eq(Mux(beside_age == 3, 3, beside_age + 1))
                 with m.If(halt):
                     m.next = "IDLE"
                 with m.Elif(~waiting):
@@ -306,10 +308,10 @@ class Compute(wiring.Component):
                 with m.If(halt | ~unretired):
                     m.next = "IDLE"
             with m.State("DRAIN"):
-                m.d.sync += beside_age.eq(Mux(beside_age[1], beside_age, beside_age + 1))
+                m.d.sync += beside_age.eq(Mux(beside_age == 3, 3, beside_age + 1))
                 with m.If(halt):
                     m.next = "IDLE"
-                with m.Elif(~unretired | (load_beside & beside_age[1])):
+                with m.Elif(~unretired | load_beside):
                     works = (op == Opcode.LOAD) & (mem.x_size != 0)
                     with m.If(works):
                         with m.If(op == Opcode.LOAD):
