@@ -209,7 +209,20 @@ class Compute(wiring.Component):
             m.d.sync += [f_dmin.eq(Mux(d < f_dmin, d, f_dmin)), f_dmax.eq(Mux(d > f_dmax, d, f_dmax)),
                          f_smin.eq(Mux(s < f_smin, s, f_smin)), f_smax.eq(Mux(s > f_smax, s, f_smax)),
                          f_wmax.eq(Mux(w > f_wmax, w, f_wmax))]
-        scan_done = sc_active & (sc_left == 0) & ~Cat(*sc_pipe).any()
+        # the products (iter - 1) * factor of the loop's reach, by shift and add during the scan (one bit of the
+        # iteration count per cycle: no multiplier, so no DSP whose output would need registers of its own)
+        fsm_scanning = Signal()
+        iter_bits = len(g.iter_out)
+        m_out, m_in, m_step = Signal(iter_bits), Signal(iter_bits), Signal(range(iter_bits + 1))
+        fac = {n: Signal(BOUND_BITS, name=f"fac_{n}") for n in ("do", "di", "so", "si", "wo", "wi")}
+        prods = {"do": p_do, "di": p_di, "so": p_so, "si": p_si, "wo": p_wo, "wi": p_wi}
+        products_done = m_step == iter_bits
+        with m.If(fsm_scanning & ~products_done):
+            m.d.sync += [m_out.eq(m_out >> 1), m_in.eq(m_in >> 1), m_step.eq(m_step + 1)]
+            for n, x in prods.items():
+                bit = (m_out if n.endswith("o") else m_in)[0]
+                m.d.sync += [x.eq(Mux(bit, x + fac[n], x)), fac[n].eq(fac[n] << 1)]
+        scan_done = sc_active & (sc_left == 0) & ~Cat(*sc_pipe).any() & products_done
 
         # a LOAD without pushes may run while the engines do (it retires after the older instructions, through
         # the ALU queue): a UOP load if no unretired GEMM or ALU instruction reads the uops it writes, an ACC
@@ -259,11 +272,12 @@ class Compute(wiring.Component):
                         m.d.sync += [
                             f_empty.eq(empty_now), f_src.eq(f_src_now), checked.eq(0), f_fault.eq(0),
                             f_dmin.eq(-1), f_dmax.eq(0), f_smin.eq(-1), f_smax.eq(0),
-                            p_do.eq((g.iter_out - 1) * g.dst_factor_out),
-                            p_di.eq((g.iter_in - 1) * g.dst_factor_in),
-                            p_so.eq((g.iter_out - 1) * Mux(is_alu, a.src_factor_out, g.src_factor_out)),
-                            p_si.eq((g.iter_in - 1) * Mux(is_alu, a.src_factor_in, g.src_factor_in)),
-                            p_wo.eq((g.iter_out - 1) * g.wgt_factor_out), p_wi.eq((g.iter_in - 1) * g.wgt_factor_in),
+                            m_out.eq(g.iter_out - 1), m_in.eq(g.iter_in - 1), m_step.eq(0),
+                            fac["do"].eq(g.dst_factor_out), fac["di"].eq(g.dst_factor_in),
+                            fac["so"].eq(Mux(is_alu, a.src_factor_out, g.src_factor_out)),
+                            fac["si"].eq(Mux(is_alu, a.src_factor_in, g.src_factor_in)),
+                            fac["wo"].eq(g.wgt_factor_out), fac["wi"].eq(g.wgt_factor_in),
+                            *[x.eq(0) for x in prods.values()],
                             f_wmax.eq(0),
                             sc_addr.eq(g.uop_bgn), sc_left.eq(g.uop_end - g.uop_bgn),
                         ]
@@ -274,6 +288,7 @@ class Compute(wiring.Component):
                     with m.Else():
                         m.next = "DRAIN"
             with m.State("SCAN"):
+                m.d.comb += fsm_scanning.eq(1)
                 with m.If(halt):
                     m.d.sync += sc_active.eq(0)
                     m.next = "IDLE"
