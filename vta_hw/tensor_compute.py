@@ -261,11 +261,16 @@ class TensorCompute(wiring.Component):
 
         # E: the partial sum of the current destination
         psum_valid, psum_dst, psum = Signal(), Signal(ab), Signal(lane_bits)
-        same = psum_valid & (psum_dst == e_dst)
         after_e = gl.busy_front
         for v in g_valid[1:e_at]:
             after_e = after_e | v
         last = psum_valid & ~e_valid & ~after_e     # no slot to come: the sum is final
+        # "the slot in E adds to the current sum", decided a cycle ahead (it selects every lane's adder input):
+        # the sum E will hold next cycle, against the destination of the slot about to enter E
+        same = Signal()
+        next_valid = (e_valid | (psum_valid & ~last)) & ~self.halt
+        next_dst = Mux(e_valid, e_dst, psum_dst)
+        m.d.sync += same.eq(next_valid & (next_dst == g_dst[e_at - 1]))
         flush = (e_valid & psum_valid & ~same) | last
         m.d.comb += [wbf.w_en.eq(flush & ~self.halt), wbf.w_data.eq(Cat(psum_dst, gl.reset, psum))]
         added = Cat(*[(Mux(same, psum.word_select(k, acc_w), 0) + dot.dot[k])[:acc_w] for k in range(lanes)])
