@@ -9,13 +9,18 @@ works on one tile, the ALU engine requantizes the tile before it. Instructions a
 Before a GEMM or ALU instruction is started, the sequencer scans its uops (on a copy of the UOP SRAM
 that no engine is reading) for its ACC footprint: the interval of destinations (and of ALU sources)
 its loop can touch. It starts when its footprint is disjoint from the other engine's unfinished
-instructions: the one GEMM in the GEMM engine, or the ALU instructions in the ALU queue
-(``ALU_QUEUE`` deep; the ALU engine runs them in order). A LOAD (UOP, ACC, ACC_8BIT) or FINISH waits
-until both engines are done, so no engine ever reads what a load writes.
+instructions: the GEMM the GEMM engine runs, or the ALU instructions the ALU engine has not finished.
+Every started instruction has an entry in the retirement queue (``ALU_QUEUE`` deep, in program
+order): the ALU engine runs the queue's ALU instructions in order, the GEMM engine one GEMM at a time,
+and a GEMM that has finished waits there for the older ALU work, so the next GEMMs need not. A LOAD
+(UOP, ACC, ACC_8BIT) or FINISH waits until both engines are done (except the loads that run beside
+them, below), so no engine ever reads what a load writes.
 
 Dependency tokens (spec 2.3): pop_prev waits on l2g, pop_next on s2g (before the instruction); push_prev
 gives g2l, push_next gives g2s, after the instruction's last SRAM write and after every older
-instruction's: instructions retire in order, so the other modules see the sequential machine. An
+instruction's: instructions retire in order, so the other modules see the sequential machine (a g2l push,
+which only says that INP and WGT are no longer read, needs only the older GEMMs done: the ALU reads
+neither; it still comes in program order). An
 index error is reported when the faulting instruction retires, with its own index. FINISH stops the
 module (``finished``); the core then checks that the run is balanced.
 """
@@ -36,8 +41,9 @@ from .sram import READ_LATENCY, Sram, SramReadSignature, SramWriteSignature
 from .tensor_compute import TensorCompute
 from .tensor_load import TensorLoad
 
-#: ALU instructions that may wait or run beside a GEMM (a tile's epilogue is 4-6 of them)
-ALU_QUEUE = 8
+#: started instructions not yet retired (GEMMs and ALU instructions; a tile's epilogue is 4-6 ALU instructions per
+#: thread, and the GEMMs of the next tile queue behind them)
+ALU_QUEUE = 16
 #: width of a footprint bound (an index of the loop can reach about 2^26)
 BOUND_BITS = 30
 
@@ -136,24 +142,23 @@ class Compute(wiring.Component):
             dma_idle &= ld.dma_idle
             loads_busy |= ld.busy
 
-        # ---- the GEMM in the GEMM engine (until it retires)
-        g_unret, g_running, g_done = Signal(), Signal(), Signal()
-        g_index, g_push_prev, g_push_next = Signal(INDEX_BITS), Signal(), Signal()
-        g_insn = Signal(128)
-        g_older = Signal(range(ALU_QUEUE + 1))      # ALU instructions ahead of it, not retired yet
+        # ---- the GEMM the GEMM engine runs (its retirement entry is ``g_slot``)
+        g_running = Signal()
         g_lo, g_hi, g_empty = Signal(BOUND_BITS), Signal(BOUND_BITS), Signal()
 
-        # ---- the ALU queue: a ring of entries, head (oldest) .. tail; ``run`` is the next to start
+        # ---- the retirement queue: a ring of entries in program order, head (oldest) .. tail; ``run`` is the next
+        # ALU instruction to start (GEMM entries and loads beside the engines are skipped: started when queued)
         def ring(name, shape=1):
             return Array(Signal(shape, name=f"q{k}_{name}") for k in range(ALU_QUEUE))
-        q_valid, q_started, q_done, q_behind = ring("valid"), ring("started"), ring("done"), ring("behind")
+        q_valid, q_started, q_done, q_g2l = ring("valid"), ring("started"), ring("done"), ring("g2l")
         q_insn, q_index = ring("insn", 128), ring("index", INDEX_BITS)
         q_push_prev, q_push_next, q_empty, q_src = ring("push_prev"), ring("push_next"), ring("empty"), ring("src")
         q_dlo, q_dhi = ring("dlo", BOUND_BITS), ring("dhi", BOUND_BITS)
         q_slo, q_shi = ring("slo", BOUND_BITS), ring("shi", BOUND_BITS)
         q_err, q_err_op, q_err_val = ring("err"), ring("err_op", 3), ring("err_val", 32)
         qb = (ALU_QUEUE - 1).bit_length()
-        q_head, q_tail, q_run = Signal(qb), Signal(qb), Signal(qb)
+        q_head, q_tail, q_run, g_slot = Signal(qb), Signal(qb), Signal(qb), Signal(qb)
+        q_g2l_next = Signal(qb)     # the oldest entry whose g2l push (push_prev) is not settled yet
         q_count = Signal(range(ALU_QUEUE + 1))
         alu_running = Signal()
 
@@ -184,16 +189,17 @@ class Compute(wiring.Component):
                 hits = hits | hit
             m.d.comb += conflict_now.eq(~f_empty & hits)
         with m.Else():
-            m.d.comb += conflict_now.eq(~f_empty & g_unret & ~g_empty &
+            m.d.comb += conflict_now.eq(~f_empty & g_running & ~g_empty &
                                         (overlap(f_lo, f_hi, g_lo, g_hi) | (f_src & overlap(f_slo, f_shi, g_lo, g_hi))))
         conflict_q, checked = Signal(), Signal()
-        unretired = g_unret | (q_count != 0)
+        unretired = q_count != 0
 
         # ---- the uop scan: on the GEMM engine's UOP copy if its loop is idle, else on the ALU engine's
         # copy if that engine has nothing to run
         sc_on_alu, sc_active, sc_addr, sc_left = Signal(), Signal(), Signal(len(g.uop_end)), Signal(len(g.uop_end))
         sc_pipe = [Signal(name=f"sc_v{k}") for k in range(READ_LATENCY)]
-        alu_idle = ~alu_running & (q_count == 0)
+        # (the ALU engine has nothing to start; it does not start while a scan reads its copy)
+        alu_idle = ~alu_running & ~(q_valid[q_run] & ~q_started[q_run])
         m.d.comb += [uop_sram.rd.addr.eq(Mux(sc_active & ~sc_on_alu, sc_addr, tc.uop_rd.addr)),
                      uop_alu_sram.rd.addr.eq(Mux(sc_active & sc_on_alu, sc_addr, tc.alu_uop_rd.addr)),
                      uop_alu_sram.rd.en.eq(Mux(sc_active & sc_on_alu, 1, tc.alu_uop_rd.en)),
@@ -241,8 +247,8 @@ class Compute(wiring.Component):
         def touches(lo, hi):
             return overlap(u_lo, u_hi - 1, lo, hi)
         clash_bits = Signal(ALU_QUEUE + 1)
-        m.d.sync += clash_bits[ALU_QUEUE].eq(g_unret & Mux(u_acc, ~g_empty & touches(g_lo, g_hi),
-                                                            ~g_done & reads_uops(g_insn)))
+        # the running GEMM's accumulators (a finished one has written them); its uops: its entry, below
+        m.d.sync += clash_bits[ALU_QUEUE].eq(g_running & u_acc & ~g_empty & touches(g_lo, g_hi))
         for k in range(ALU_QUEUE):
             acc_k = ~q_empty[k] & (touches(q_dlo[k], q_dhi[k]) | (q_src[k] & touches(q_slo[k], q_shi[k])))
             m.d.sync += clash_bits[k].eq(q_valid[k] & Mux(u_acc, acc_k, ~q_done[k] & reads_uops(q_insn[k])))
@@ -252,6 +258,9 @@ class Compute(wiring.Component):
                                    ~mem.push_next_dep)
         beside_age = Signal(2)
         load_beside = beside_kind & ~clash_bits.any() & (beside_age == 3)
+        # a LOAD of nothing (x_size 0: the runtime's carrier of token pushes and pops) writes nothing: it joins the
+        # retirement queue at once and pushes its tokens when it retires, after every older instruction
+        nop_beside = (op == Opcode.LOAD) & (mem.x_size == 0) & (q_count != ALU_QUEUE)
         gemm_go, alu_go, load_done = Signal(), Signal(), Signal()
         seq_push = Signal()
         with m.FSM(init="IDLE", name="sequence") as fsm:
@@ -312,7 +321,7 @@ class Compute(wiring.Component):
                 m.d.sync += [conflict_q.eq(conflict_now), checked.eq(1)]
                 with m.If(halt):
                     m.next = "IDLE"
-                with m.Elif(checked & ~conflict_q & Mux(is_gemm, ~g_unret, q_count != ALU_QUEUE) &
+                with m.Elif(checked & ~conflict_q & ~(is_gemm & g_running) & (q_count != ALU_QUEUE) &
                             (~f_fault | ~unretired)):
                     m.d.comb += [gemm_go.eq(is_gemm), alu_go.eq(is_alu)]
                     with m.If(f_fault):
@@ -326,7 +335,7 @@ class Compute(wiring.Component):
                 m.d.sync += beside_age.eq(Mux(beside_age == 3, 3, beside_age + 1))
                 with m.If(halt):
                     m.next = "IDLE"
-                with m.Elif(~unretired | load_beside):
+                with m.Elif(~unretired | load_beside | nop_beside):
                     works = (op == Opcode.LOAD) & (mem.x_size != 0)
                     with m.If(works):
                         with m.If(op == Opcode.LOAD):
@@ -358,64 +367,71 @@ class Compute(wiring.Component):
                     m.d.comb += seq_push.eq(1)
                     m.next = "IDLE"
 
-        # ---- start a GEMM, queue an ALU instruction
+        # ---- start a GEMM or queue an ALU instruction (or a finished load beside the engines): an entry each
         m.d.comb += [tc.gemm_insn.eq(insn), tc.gemm_start.eq(gemm_go)]
         with m.If(gemm_go):
-            m.d.sync += [g_unret.eq(1), g_running.eq(1), g_done.eq(0), g_index.eq(index), g_insn.eq(insn),
-                         g_push_prev.eq(mem.push_prev_dep), g_push_next.eq(mem.push_next_dep),
-                         g_lo.eq(f_lo), g_hi.eq(f_hi), g_empty.eq(f_empty)]
-        with m.If(alu_go | load_done):
+            m.d.sync += [g_running.eq(1), g_slot.eq(q_tail), g_lo.eq(f_lo), g_hi.eq(f_hi), g_empty.eq(f_empty)]
+        with m.If(alu_go | load_done | gemm_go):
             t = q_tail
-            m.d.sync += [q_valid[t].eq(1), q_started[t].eq(load_done), q_done[t].eq(load_done), q_err[t].eq(0),
-                         q_behind[t].eq(g_unret), q_insn[t].eq(insn), q_index[t].eq(index),
+            # a GEMM's entry has no footprint: the running GEMM's is g_lo..g_hi, a finished one has written its own
+            m.d.sync += [q_valid[t].eq(1), q_started[t].eq(load_done | gemm_go), q_done[t].eq(load_done),
+                         q_g2l[t].eq(0),
+                         q_err[t].eq(0), q_insn[t].eq(insn), q_index[t].eq(index),
                          q_push_prev[t].eq(mem.push_prev_dep), q_push_next[t].eq(mem.push_next_dep),
-                         q_empty[t].eq(f_empty | load_done), q_src[t].eq(f_src), q_dlo[t].eq(f_lo), q_dhi[t].eq(f_hi),
-                         q_slo[t].eq(f_slo), q_shi[t].eq(f_shi), q_tail.eq(t + 1)]
+                         q_empty[t].eq(f_empty | load_done | gemm_go), q_src[t].eq(f_src),
+                         q_dlo[t].eq(f_lo), q_dhi[t].eq(f_hi), q_slo[t].eq(f_slo), q_shi[t].eq(f_shi),
+                         q_tail.eq(t + 1)]
 
-        # ---- the ALU engine runs the queue in order (not past an instruction that failed)
-        alu_start = ~alu_running & q_valid[q_run] & ~q_started[q_run] & ~tc.alu_error & ~halt
+        # ---- the ALU engine runs the queue's ALU instructions in order (not past an instruction that failed)
+        alu_start = ~alu_running & q_valid[q_run] & ~q_started[q_run] & ~tc.alu_error & ~halt & \
+            ~(sc_active & sc_on_alu)
         m.d.comb += [tc.alu_insn.eq(q_insn[q_run]), tc.alu_start.eq(alu_start)]
         with m.If(alu_start):
             m.d.sync += [alu_running.eq(1), q_started[q_run].eq(1)]
-        with m.If(~alu_running & q_valid[q_run] & q_done[q_run] & (q_run != q_tail)):
-            m.d.sync += q_run.eq(q_run + 1)     # a UOP load's entry: nothing to run
+        with m.If(~alu_running & q_valid[q_run] & q_started[q_run] & (q_run != q_tail)):
+            m.d.sync += q_run.eq(q_run + 1)     # a GEMM's or a load's entry: nothing to run
         with m.If(alu_running & ~tc.alu_busy):
             m.d.sync += [alu_running.eq(0), q_done[q_run].eq(1), q_err[q_run].eq(tc.alu_error),
                          q_err_op[q_run].eq(tc.alu_error_operand), q_err_val[q_run].eq(tc.alu_error_value),
                          q_run.eq(q_run + 1)]
-        g_err = Signal()
         with m.If(g_running & ~tc.gemm_busy):
-            m.d.sync += [g_running.eq(0), g_done.eq(1), g_err.eq(tc.gemm_error)]
+            s_ = g_slot
+            m.d.sync += [g_running.eq(0), q_done[s_].eq(1), q_err[s_].eq(tc.gemm_error),
+                         q_err_op[s_].eq(tc.gemm_error_operand), q_err_val[s_].eq(tc.gemm_error_value)]
 
-        # ---- retire in order: the ALU queue's head, or the GEMM once the ALU instructions ahead of it have
-        h = q_head
-        alu_retire = ~halt & ~self.error & q_valid[h] & q_done[h] & ~q_behind[h]
-        gemm_retire = ~halt & ~self.error & ~alu_retire & g_unret & g_done & (g_older == 0)
+        # ---- g2l pushes (push_prev) in program order, ahead of retirement: the load module waits on them only for
+        # the GEMMs' reads of INP and WGT (the ALU reads neither), so an entry's push needs every older GEMM done,
+        # not the older ALU work (which is what lets the next tile's loads start beside this tile's epilogue). The
+        # settling walks the queue in order: past a finished entry (pushing if it has push_prev), or past an
+        # unfinished ALU instruction or reset GEMM without push_prev (they read neither); a GEMM that reads stops it.
         push_prev, push_next = Signal(), Signal()
-        with m.If(alu_retire):
+        p = q_g2l_next
+        p_insn = data.View(lay.mem, q_insn[p])
+        p_gemm = data.View(lay.gemm, q_insn[p])
+        reads_nothing = (p_insn.opcode == Opcode.ALU) | ((p_insn.opcode == Opcode.GEMM) & p_gemm.reset_reg)
+        passable = q_done[p] | (reads_nothing & ~q_push_prev[p])
+        settle = ~halt & ~self.error & q_valid[p] & ~q_g2l[p] & passable
+        with m.If(settle):
+            m.d.sync += [q_g2l[p].eq(1), q_g2l_next.eq(p + 1)]
+            with m.If(q_done[p] & ~q_err[p]):
+                m.d.comb += push_prev.eq(q_push_prev[p])
+
+        # ---- retire in order: the queue's head once it is done (and its g2l push settled)
+        h = q_head
+        retire = ~halt & ~self.error & q_valid[h] & q_done[h] & q_g2l[h]
+        with m.If(retire):
             m.d.sync += [q_valid[h].eq(0), q_head.eq(h + 1), self.retired.eq(q_index[h] + 1)]
-            with m.If(g_unret & (g_older != 0)):
-                m.d.sync += g_older.eq(g_older - 1)
             with m.If(q_err[h]):
                 latch_error(m, self, ErrorCode.INDEX_RANGE, q_err_op[h], q_err_val[h], q_index[h])
             with m.Else():
-                m.d.comb += [push_prev.eq(q_push_prev[h]), push_next.eq(q_push_next[h])]
-        with m.If(gemm_retire):
-            m.d.sync += [g_unret.eq(0), self.retired.eq(g_index + 1)] + [q_behind[k].eq(0) for k in range(ALU_QUEUE)]
-            with m.If(g_err):
-                latch_error(m, self, ErrorCode.INDEX_RANGE, tc.gemm_error_operand, tc.gemm_error_value, g_index)
-            with m.Else():
-                m.d.comb += [push_prev.eq(g_push_prev), push_next.eq(g_push_next)]
-        with m.If(gemm_go):
-            # every ALU instruction in the queue is older; those retiring this cycle no longer count
-            m.d.sync += g_older.eq(q_count - alu_retire)
+                m.d.comb += push_next.eq(q_push_next[h])
         with m.If(seq_push):
             m.d.comb += [push_prev.eq(mem.push_prev_dep), push_next.eq(mem.push_next_dep)]
             m.d.sync += self.retired.eq(index + 1)
             with m.If(op == Opcode.FINISH):
                 m.d.sync += self.finished.eq(1)
         m.d.comb += [self.g2l_push.eq(push_prev), self.g2s_push.eq(push_next)]
-        m.d.sync += q_count.eq(q_count + (alu_go | load_done) - alu_retire)
+        m.d.sync += q_count.eq(q_count + (alu_go | load_done | gemm_go) - retire)
 
         idle = fsm.ongoing("IDLE")
         drive_status(m, self, idle=idle, waiting=fsm.ongoing("WAIT") & waiting, index=index, dma_idle=dma_idle,

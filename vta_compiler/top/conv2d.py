@@ -33,7 +33,7 @@ from ..environment import Environment, get_env
 from ..reference import conv2d_accumulators
 from ..tiling import Knob, Offload, Operator, register, with_workload
 from ..transform.common import VTACompileError
-from ..transform.vthread import PIPELINE
+from ..transform.vthread import ALTERNATE, PIPELINE
 from . import conv_family as F
 from . import packing as P
 from .common import RESIDUAL_PLACES, Requant, Residual, WindowOutput, divisors, epilogue, find_blocks, mock_names
@@ -87,6 +87,8 @@ class Conv2DTiling:
     h_nthread: int = 1      # virtual threads over the tile's rows
     wgt_at: str = "ko"      # "ko": weights per input chunk; "co": once per output-channel tile
     ko_nthread: int = 1     # input chunks in flight (2: double-buffered input/weight tiles, see vta.pipeline)
+    acc_nbuf: int = 1       # accumulator copies: 2 alternates consecutive tiles between two, so that one tile's
+    #                         epilogue and stores run beside the next tile's GEMMs (see vta.alternate)
 
 
 def padded_channels(n: int, block: int) -> int:
@@ -203,11 +205,11 @@ class Conv2D(Operator):
         return [Knob("tile_co", tuple(divisors(cob))), Knob("tile_h", tuple(divisors(wkl.out_height))),
                 Knob("tile_w", tuple(divisors(wkl.out_width))), Knob("tile_ci", tuple(divisors(cib))),
                 Knob("oc_nthread", F.THREADS), Knob("h_nthread", F.THREADS), Knob("wgt_at", F.WGT_AT),
-                Knob("ko_nthread", F.CHUNKS_IN_FLIGHT)]
+                Knob("ko_nthread", F.CHUNKS_IN_FLIGHT), Knob("acc_nbuf", F.ACC_COPIES)]
 
     def check(self, wkl, t, env):
         cib, cob = self.blocks(wkl, env)
-        return check_tiling(t, cob, wkl.out_height, wkl.out_width, cib)
+        return check_tiling(t, cob, wkl.out_height, wkl.out_width, cib, wkl.batch // env.BATCH)
 
     def shape(self, wkl, t, env: Environment) -> F.TileShape:
         cib, cob = self.blocks(wkl, env)
@@ -224,7 +226,7 @@ class Conv2D(Operator):
             row_threads=t.h_nthread, chunks_in_flight=t.ko_nthread, wgt_at_co=t.wgt_at == "co",
             uops=F.kernel_uops([t.tile_co // t.oc_nthread, th, t.tile_w, t.tile_ci, kh, kw]),
             inp_loads=t.tile_ci, store_insns=t.tile_co // t.oc_nthread, run_tiles=F.innermost(loops),
-            shortcut=wkl.residual,
+            shortcut=wkl.residual, acc_copies=t.acc_nbuf,
             inp_padding=F.padding_fraction((wkl.out_height // th, -wkl.hpad, th * wkl.hstride, th_in, wkl.height),
                                            (wkl.out_width // t.tile_w, -wkl.wpad, t.tile_w * wkl.wstride, tw_in,
                                             wkl.width)))
@@ -254,14 +256,22 @@ class Conv2D(Operator):
 
         b, co, h, w, b_i, c_i, ko, dy, dx, k_i = sch.get_loops(conv)
         nb, cob, oh, ow, cib = (int(sch.get(lp).extent) for lp in (b, co, h, w, ko))
-        reason = check_tiling(t, cob, oh, ow, cib)
+        reason = check_tiling(t, cob, oh, ow, cib, nb)
         if reason:
             raise VTACompileError(f"conv2d tiling {t}: {reason}")
         co_o, co_v, co_i = sch.split(co, [cob // t.tile_co, t.oc_nthread, t.tile_co // t.oc_nthread])
         h_o, h_v, h_i = sch.split(h, [oh // t.tile_h, t.h_nthread, t.tile_h // t.h_nthread])
         w_o, w_i = sch.split(w, [ow // t.tile_w, t.tile_w])
         ko_o, ko_v, ko_i = sch.split(ko, [cib // (t.tile_ci * t.ko_nthread), t.ko_nthread, t.tile_ci])
-        sch.reorder(co_o, b, h_o, w_o, co_v, h_v, ko_o, ko_v, co_i, h_i, w_i, ko_i, dy, dx, b_i, c_i, k_i)
+        tiles = [co_o, b, h_o, w_o]
+        if t.acc_nbuf > 1:          # the innermost tile loop with more than one iteration, in pairs of tiles
+            extents = (cob // t.tile_co, nb, oh // t.tile_h, ow // t.tile_w)
+            at = F.alternated_loop(extents)
+            outer, alt = sch.split(tiles[at], [extents[at] // t.acc_nbuf, t.acc_nbuf])
+            tiles[at:at + 1] = [outer]
+            tiles.append(alt)
+            sch.annotate(alt, ALTERNATE, 1)
+        sch.reorder(*tiles, co_v, h_v, ko_o, ko_v, co_i, h_i, w_i, ko_i, dy, dx, b_i, c_i, k_i)
         if t.ko_nthread > 1:
             sch.annotate(ko_v, PIPELINE, 1)
         attach = h_v
@@ -331,8 +341,9 @@ def _folding(c: int, w: int, kw: int, sw: int, pl: int, ow: int):
     return prepare
 
 
-def check_tiling(t, cob: int, oh: int, ow: int, cib: int) -> str | None:
-    """Why the conv2d schedule refuses tiling ``t`` of a (cob, oh, ow, cib)-block output, or None."""
+def check_tiling(t, cob: int, oh: int, ow: int, cib: int, nb: int = 1) -> str | None:
+    """Why the conv2d schedule refuses tiling ``t`` of a (cob, oh, ow, cib)-block output (``nb`` batch blocks),
+    or None."""
     for name, n, tl in (("output channel blocks", cob, t.tile_co), ("output rows", oh, t.tile_h),
                         ("output columns", ow, t.tile_w), ("input channel blocks", cib, t.tile_ci)):
         if tl < 1 or n % tl:
@@ -342,7 +353,7 @@ def check_tiling(t, cob: int, oh: int, ow: int, cib: int) -> str | None:
         return "the virtual threads must divide the tile"
     if t.wgt_at not in F.WGT_AT:
         return f"wgt_at must be 'ko' or 'co', not {t.wgt_at!r}"
-    return None
+    return F.alternation_refusal((cob // t.tile_co, nb, oh // t.tile_h, ow // t.tile_w), t.acc_nbuf)
 
 
 CONV2D = register(Conv2D())

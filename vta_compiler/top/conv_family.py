@@ -30,6 +30,27 @@ THREADS = (1, 2, 4)
 CHUNKS_IN_FLIGHT = (1, 2)
 #: where the weights load: per input chunk ("ko") or once per output-channel tile ("co")
 WGT_AT = ("ko", "co")
+#: accumulator copies that consecutive tiles alternate between (``vta.alternate``): with 2, one tile's epilogue and
+#: stores run beside the next tile's resets and GEMMs (the compute module's two engines)
+ACC_COPIES = (1, 2)
+
+
+def alternated_loop(extents: tuple[int, ...]) -> int:
+    """Which of the tile loops (outermost first) alternates accumulator copies: the innermost with more than one
+    iteration (consecutive tiles are then its iterations)."""
+    return next((i for i in range(len(extents) - 1, -1, -1) if extents[i] > 1), len(extents) - 1)
+
+
+def alternation_refusal(extents: tuple[int, ...], copies: int) -> str | None:
+    """Why tiles over ``extents`` (the tile loops, outermost first) cannot alternate ``copies`` accumulator copies."""
+    if copies not in ACC_COPIES:
+        return f"acc_nbuf must be one of {ACC_COPIES}, not {copies!r}"
+    if copies == 1:
+        return None
+    n = extents[alternated_loop(extents)]
+    if n % copies:
+        return f"{copies} accumulator copies alternate over the innermost tile loop, whose {n} tiles they do not divide"
+    return None
 
 
 @dataclass(frozen=True)
@@ -57,6 +78,7 @@ class TileShape:
     store_insns: int = 1            # STORE instructions of one thread per tile
     run_tiles: int = 1              # consecutive tiles of the innermost tile loop (the pipeline drains between runs)
     shortcut: bool = False          # a fused residual add: an int8 shortcut tile in ACC (acc_elems), one ACC_8BIT load
+    acc_copies: int = 1             # accumulator copies consecutive tiles alternate between (ACC needs times this)
 
     @property
     def threads(self) -> int:
@@ -66,7 +88,7 @@ class TileShape:
         inp = self.inp_chunk * self.chunks_in_flight
         wgt = self.wgt_tile if self.wgt_at_co else self.wgt_chunk * self.chunks_in_flight
         acc = self.acc_elems * (2 if self.shortcut else 1) + acc_operands * self.acc_per_operand
-        return BufferNeeds(inp, wgt, acc, self.uops)
+        return BufferNeeds(inp, wgt, acc * self.acc_copies, self.uops)
 
 
 def residual_refusal(env: Environment) -> str | None:

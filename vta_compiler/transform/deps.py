@@ -30,6 +30,7 @@ with every producer that a later consumer could need.
 
 from __future__ import annotations
 
+import tvm
 from tvm import tirx
 from tvm.tirx import AttrStmt, For, SeqStmt
 
@@ -37,6 +38,7 @@ from ..environment import Environment
 from .common import (
     COMPUTE,
     LOAD,
+    RUNTIME,
     STORE,
     VTACompileError,
     W,
@@ -219,10 +221,40 @@ def _process_seq(items, ctx, periodic):
         if carried:
             pre.append(packed("DepPush", a, b))
             post.append(packed("DepPop", a, b))
+    # an inner loop's first-iteration tokens (pushes before it that pair with no producer) move up to the latest
+    # earlier push of their queue: the consumer's first iteration then waits only for the pairs that cover it, not for
+    # whatever the producer stage does in between (the epilogue of one tile before the next tile's loads, say)
+    hoisted = {i: [] for i in range(len(items))}
+    for i, (_, s_pre, _, _) in enumerate(done):
+        keep = []
+        for st in s_pre:
+            q = _dep_queue(st)
+            if q is None:
+                keep.append(st)
+                continue
+            j = i
+            while j > 0 and not _pushes_on(hoisted[j] + before[j - 1] + done[j - 1][1] + done[j - 1][2] +
+                                           after[j - 1], q) and q not in inner[j - 1]:
+                j -= 1
+            (hoisted[j] if j < i else keep).append(st)
+        done[i] = (done[i][0], keep, done[i][2], done[i][3])
     out = []
     for i, (new, s_pre, s_post, _) in enumerate(done):
-        out += before[i] + s_pre + [new] + s_post + after[i]
+        out += hoisted[i] + before[i] + s_pre + [new] + s_post + after[i]
     return seq(out), pre, post, used
+
+
+def _dep_queue(stmt):
+    """(from, to) of a ``DepPush`` statement, or None."""
+    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
+    if call is None or len(call.args) != 3 or not isinstance(call.args[0], tvm.ir.StringImm) or \
+            call.args[0].value != RUNTIME + "DepPush":
+        return None
+    return int(call.args[1].value), int(call.args[2].value)
+
+
+def _pushes_on(stmts, q) -> bool:
+    return any(_dep_queue(s) == q for s in stmts)
 
 
 def inject_dep_tokens(func, env: Environment):

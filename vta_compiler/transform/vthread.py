@@ -18,6 +18,11 @@ A loop annotated ``vta.pipeline`` (the schedules use it on the input-channel chu
 treated the same way: its iterations only add into accumulators allocated outside it, which is
 order-independent, so interleaving two chunks double-buffers their input and weight tiles.
 
+A loop annotated ``vta.alternate`` (the schedules use it on a pair of consecutive tiles) is replicated
+whole, one copy after the other, with private accumulators (ACC-scope buffers) per copy and every other
+buffer shared: consecutive tiles then use different accumulators, so the next tile's resets and GEMMs need
+not wait for this tile's epilogue and stores, and the compute module runs them beside each other.
+
 The dependency-token pass afterwards sees distinct buffers per thread, so the tokens let load,
 compute and store of different threads overlap, and the memory planner gives each copy its own
 SRAM region.
@@ -37,6 +42,7 @@ from .common import (
     collect_allocs,
     const_int,
     leaf_of,
+    scope_of,
     seq,
     substitute,
 )
@@ -44,6 +50,9 @@ from .common import (
 #: loop annotation: interleave this loop's iterations like a virtual thread (for a reduction loop whose
 #: iterations only accumulate into shared accumulators: their order does not matter)
 PIPELINE = "vta.pipeline"
+#: loop annotation: run this loop's iterations one after the other, each with its own accumulators (for a loop over
+#: whole tiles: each tile's epilogue then overlaps the next tile's GEMMs)
+ALTERNATE = "vta.alternate"
 
 
 def _vars_in(node) -> set:
@@ -149,6 +158,31 @@ def inject_one(v, extent, body, env: Environment) -> tirx.Stmt:
     return seq(new_allocs + [inj(body)])
 
 
+def alternate_one(v, extent, body, env: Environment) -> tirx.Stmt:
+    """The iterations of a ``vta.alternate`` loop one after the other, each with its own copy of the ACC-scope
+    buffers allocated inside it (every other on-chip buffer is allocated once, shared)."""
+    n = const_int(extent, f"alternating loop {v} extent")
+    allocs = collect_allocs(body, env)
+    alloc_bufs = [a.buffer for a in allocs]
+
+    def drop_allocs(s):
+        if any(isinstance(c, tirx.AllocBuffer) and c.buffer in alloc_bufs for c in s.seq):
+            return seq([c for c in s.seq if not (isinstance(c, tirx.AllocBuffer) and c.buffer in alloc_bufs)])
+        return s
+    body = tvm_ffi.structural_map(body, (SeqStmt, drop_allocs), order="post")
+    private = [b for b in alloc_bufs if scope_of(b) == env.acc_scope]
+    copies = {b: [_clone(b, f"_alt{i}") for i in range(n)] for b in private}
+    out = [tirx.AllocBuffer(b) for b in alloc_bufs if b not in copies]
+    for b in private:
+        out += [tirx.AllocBuffer(c) for c in copies[b]]
+    for i in range(n):
+        vmap = {v: tirx.const(i, str(v.ty))}
+        for b in private:
+            vmap[b] = copies[b][i]
+        out.append(substitute(body, vmap))
+    return seq(out)
+
+
 def inject_virtual_threads(func, env: Environment):
     def on_attr(a):
         if a.attr_key == "virtual_thread":
@@ -160,5 +194,9 @@ def inject_virtual_threads(func, env: Environment):
             if const_int(f.min, f"pipelined loop {f.loop_var} start") != 0:
                 raise VTACompileError(f"pipelined loop {f.loop_var} must start at 0")
             return inject_one(f.loop_var, f.extent, f.body, env)
+        if ALTERNATE in f.annotations:
+            if const_int(f.min, f"alternating loop {f.loop_var} start") != 0:
+                raise VTACompileError(f"alternating loop {f.loop_var} must start at 0")
+            return alternate_one(f.loop_var, f.extent, f.body, env)
         return f
     return func.with_body(tvm_ffi.structural_map(func.body, [(AttrStmt, on_attr), (For, on_for)], order="post"))
