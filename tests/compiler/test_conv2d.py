@@ -31,11 +31,13 @@ TILINGS = [
     Conv2DTiling(2, 4, 4, 1, 2, 1, "co"),      # weights loaded once per channel tile
     Conv2DTiling(2, 4, 8, 1, 1, 1, "ko", 2),   # two input chunks in flight (pipelined reduction loop)
     Conv2DTiling(2, 8, 8, 1, 2, 2, "co", 2),   # everything at once
+    Conv2DTiling(1, 4, 8, 1, 1, 1, acc_nbuf=2),            # two accumulator copies, consecutive tiles alternate
+    Conv2DTiling(2, 4, 4, 1, 2, 1, "ko", 2, acc_nbuf=2),   # ... with threads and chunks in flight
 ]
 
 
 @pytest.mark.parametrize("tiling", TILINGS, ids=lambda t: f"co{t.tile_co}h{t.tile_h}w{t.tile_w}ci{t.tile_ci}"
-                         f"_oc{t.oc_nthread}h{t.h_nthread}ko{t.ko_nthread}_{t.wgt_at}")
+                         f"_oc{t.oc_nthread}h{t.h_nthread}ko{t.ko_nthread}_{t.wgt_at}_acc{t.acc_nbuf}")
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_tokens_under_random_interleaving(racy, tiling, seed):
     """Load, compute and store interleaved in random orders (as hardware may) still give exact results."""
@@ -77,3 +79,18 @@ def test_tiling_fits_every_resnet_layer():
 def test_force_serial_gives_the_same_result(fsim):
     env = vta.get_env()
     assert_exact(run_conv2d(SMALL, Conv2DTiling(2, 4, 8, 1, 2, 1), debug_flag=env.DEBUG_FORCE_SERIAL))
+
+
+def test_accumulator_copies_must_divide_the_alternated_tiles(fsim):
+    """Two accumulator copies alternate over the innermost tile loop with more than one tile: an odd count is refused,
+    naming the knob's loop and its tiles; the ACC the copies need is counted by the buffer check."""
+    wkl = Conv2DWorkload(1, 6, 6, 16, 16, 3, 3, 1, 1, 1, 1)
+    odd = Conv2DTiling(1, 2, 6, 1, acc_nbuf=2)          # three tiles of rows
+    with pytest.raises(vta.VTACompileError, match="accumulator copies alternate over the innermost tile loop, whose 3"):
+        run_conv2d(wkl, odd)
+    env = vta.get_env()
+    big = Conv2DTiling(1, 8, 8, 1)
+    wide = Conv2DWorkload(1, 8, 16, 16, 16, 3, 3, 1, 1, 1, 1)
+    from vta_compiler.top.conv2d import CONV2D
+    one, two = CONV2D.needs(wide, big, env), CONV2D.needs(wide, Conv2DTiling(1, 8, 8, 1, acc_nbuf=2), env)
+    assert two.acc == 2 * one.acc and two.inp == one.inp

@@ -227,6 +227,7 @@ class Conv2D(Operator):
             uops=F.kernel_uops([t.tile_co // t.oc_nthread, th, t.tile_w, t.tile_ci, kh, kw]),
             inp_loads=t.tile_ci, store_insns=t.tile_co // t.oc_nthread, run_tiles=F.innermost(loops),
             shortcut=wkl.residual, acc_copies=t.acc_nbuf,
+            gemm_run=F.uop_run([t.tile_co // t.oc_nthread, th, t.tile_w, t.tile_ci, kh, kw], 3),
             inp_padding=F.padding_fraction((wkl.out_height // th, -wkl.hpad, th * wkl.hstride, th_in, wkl.height),
                                            (wkl.out_width // t.tile_w, -wkl.wpad, t.tile_w * wkl.wstride, tw_in,
                                             wkl.width)))

@@ -79,6 +79,7 @@ class TileShape:
     run_tiles: int = 1              # consecutive tiles of the innermost tile loop (the pipeline drains between runs)
     shortcut: bool = False          # a fused residual add: an int8 shortcut tile in ACC (acc_elems), one ACC_8BIT load
     acc_copies: int = 1             # accumulator copies consecutive tiles alternate between (ACC needs times this)
+    gemm_run: int = 1               # consecutive GEMM uops into one destination (one ACC write-back per run)
 
     @property
     def threads(self) -> int:
@@ -97,6 +98,13 @@ def residual_refusal(env: Environment) -> str | None:
         return None
     return ("a fused residual add loads its int8 shortcut into the accumulators with an ACC_8BIT load, which "
             "needs ISA extension acc_8bit (config key ISA_EXTENSIONS)")
+
+
+def uop_run(loops: list[int], reduction: int) -> int:
+    """Consecutive uops into one destination of a GEMM kernel over ``loops`` whose last ``reduction`` loops reduce:
+    the product of those of them unrolled into uops (not among the two largest, which are the instruction's)."""
+    looped = sorted(range(len(loops)), key=lambda i: -loops[i])[:2]
+    return math.prod(n for i, n in enumerate(loops) if i >= len(loops) - reduction and i not in looped)
 
 
 def kernel_uops(loops: list[int], inner: int = 1) -> int:
@@ -164,7 +172,12 @@ def _inside(tiles: int, first: int, step: int, window: int, size: int) -> float:
 # * fetch dispatches in program order into 16-deep command queues (``vta_hw.core``), so a tile with more than
 #   16 stores, or more than 16 compute instructions between its last GEMM and the next tile's loads, holds
 #   those loads back until the queue has taken all but 16 of them;
-# * the first tile loads every uop kernel once (they then stay in the UOP buffer).
+# * the first tile loads every uop kernel once (they then stay in the UOP buffer), the first tile of each accumulator
+#   copy with two copies;
+# * with two accumulator copies (``acc_copies``, a chunk loop) consecutive tiles alternate between them: a tile's
+#   resets wait for the stores of the tile before the previous one, its first loads only for the previous tile's
+#   GEMMs of their buffers, and its epilogue runs on the ALU engine beside the next tile's resets and GEMMs, in the
+#   cycles the GEMMs' write-back leaves free (one per run of uops into one destination: none for a 1x1 layer's).
 #
 # Each module runs its instructions in order; an instruction takes a fixed overhead (its command handshake,
 # the DMA's first-beat latency or the GEMM/ALU pipeline fill) plus its beats or uops. Steps, tiles and runs
@@ -285,6 +298,10 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
         (n_stores - COMMAND_QUEUE_DEPTH) / s.store_insns * acc_v * env.OUT_ELEM_BYTES / bus \
         if n_stores > COMMAND_QUEUE_DEPTH else None
     loads, gemms = _step_program(vo_n, vh_n, k_n, s.inp_private, inp_loop, wgt_per_step)
+    # the ALU engine works beside the GEMMs only in the cycles their write-back leaves the ACC ports free (one in
+    # gemm_run): with one uop per destination it gets none, and the tiles run one after the other
+    alternate = s.acc_copies > 1 and steps > 1 and s.gemm_run > 1
+    alu_beside = alu1 * s.gemm_run / (s.gemm_run - 1) if alternate else alu1
     # can the compute queue hold back the next tile's loads (more than 16 instructions between them)?
     queued = threads + (1 + epi_insns * vh_n if steps == 1 else 0) > COMMAND_QUEUE_DEPTH
     n_inp_buf = k_n * (vo_n if s.inp_private else 1) * vh_n
@@ -323,11 +340,13 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
         """One tile from ``state = (load free, compute free, store free, stores' ends per thread, GEMM ends of
         the previous tile, the time the store queue lets this tile's loads through, the start times of the
         compute instructions since the previous tile's last GEMM)``."""
-        lf, cf, sf, stores, prev_g, gate, pending, _ = state
+        lf, cf, sf, stores, prev_g, gate, pending, _, af, stores2 = state
         if weights:
             lf = max(lf, max(prev_g)) + wtile
+        # with two accumulator copies a tile's resets wait for the stores of the tile before the previous one
+        reuse = stores2 if alternate else stores
         for v in range(threads):
-            start = cf if cf > stores[v] else stores[v]
+            start = cf if cf > reuse[v] else reuse[v]
             if queued:
                 pending.append(start)
             cf = start + reset1
@@ -370,18 +389,30 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
             marks = []
             g = first_wait
             for j in range(min(steps, _SIMULATED)):
-                lf, cf, g = step(lf, cf, g, j == 0)
+                if j == 0 and alternate:    # the first loads wait only for the previous tile's GEMMs of their buffers
+                    lf, cf, g = step(lf, cf, prev_g, False)
+                else:
+                    lf, cf, g = step(lf, cf, g, j == 0)
                 marks.append(cf)
             if steps > _SIMULATED:              # the steady state: every further step takes the last period
                 shift = (steps - _SIMULATED) * (marks[-1] - marks[-2])
                 lf += shift
                 cf += shift
                 g = [x + shift for x in g]
-            for _ in range(vo_n):
-                cf += bias1
-                for _ in range(vh_n):
-                    cf += alu1
-                    alu_end.append(cf)
+            if alternate:      # the epilogue on the ALU engine, beside the next tile's resets and GEMMs
+                a = af if af > cf else cf
+                for _ in range(vo_n):
+                    a += bias1
+                    for _ in range(vh_n):
+                        a += alu_beside
+                        alu_end.append(a)
+                af = a
+            else:
+                for _ in range(vo_n):
+                    cf += bias1
+                    for _ in range(vh_n):
+                        cf += alu1
+                        alu_end.append(cf)
         if store_loop:
             start = sf if sf > cf else cf
             sf = start + threads * store1
@@ -395,7 +426,7 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
                 sf = t0 + store1
                 new_stores.append(sf)
         gate = start + gate_after if gate_after is not None else 0.0
-        return lf, cf, sf, new_stores, g, gate, pending, resets
+        return lf, cf, sf, new_stores, g, gate, pending, resets, af, stores
 
     def resets_end(state):
         """When the next tile's resets end, from the stores of the tile that left ``state``."""
@@ -409,8 +440,8 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
     def run(n_tiles, weights):
         """A run of tiles from a drained pipeline to the last store (cycles); ``weights``: which of its tiles
         load their weight tile first ("first", "every" or None)."""
-        state = (0.0, 0.0, 0.0, [0.0] * threads, [0.0] * n_gemm, 0.0, [], 0.0)
-        if steps > 1 and weights != "every":
+        state = (0.0, 0.0, 0.0, [0.0] * threads, [0.0] * n_gemm, 0.0, [], 0.0, 0.0, [0.0] * threads)
+        if steps > 1 and weights != "every" and not alternate:
             # with a chunk loop a tile's loads wait for its resets, and they for the previous tile's stores: every
             # tile without the weight load takes the same time from its resets on, and the next one's resets end
             # the same time after its own
@@ -437,8 +468,8 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
     # and the GEMMs of each thread, one GEMM kernel per slot, or per chunk when the weights stay (the weight
     # offset is in the uops)
     gemm_kernels = threads * (s.chunks if s.wgt_at_co else k_n)
-    uop_loads = UOP_LOAD_CYCLES * (threads * (1 + epi_insns) + gemm_kernels) + \
-        gemm_kernels * s.uops * env.UOP_ELEM_BYTES / bus
+    uop_loads = s.acc_copies * (UOP_LOAD_CYCLES * (threads * (1 + epi_insns) + gemm_kernels) +
+                                gemm_kernels * s.uops * env.UOP_ELEM_BYTES / bus)
     n_tiles = s.out_tiles * s.spatial_tiles
     run_tiles = max(1, min(s.run_tiles, n_tiles))
     if not s.wgt_at_co:
