@@ -52,7 +52,8 @@ class Interval:
     stall: tuple[int, int] | None = None     # waited for a dependency token (fetch: for queue room)
     active: list[tuple[int, int]] = field(default_factory=list)   # compute: the GEMM/ALU engine's active cycles
     pops: tuple[str, ...] = ()         # token queues it waited on (l2g, g2l, g2s, s2g)
-    pushes: tuple[str, ...] = ()       # token queues it pushed to when it retired
+    pushes: tuple[str, ...] = ()       # token queues it pushed to when it retired (compute's g2l: once its work and
+    #                                    every older GEMM's were done, at or before that)
     retired: bool = True               # False: the run stopped (an error) before it retired
     issued: int | None = None          # compute: the sequencer let it go to its engine (end: it retired)
 

@@ -33,6 +33,7 @@ TILINGS = [
     Conv2DTiling(2, 8, 8, 1, 2, 2, "co", 2),   # everything at once
     Conv2DTiling(1, 4, 8, 1, 1, 1, acc_nbuf=2),            # two accumulator copies, consecutive tiles alternate
     Conv2DTiling(2, 4, 4, 1, 2, 1, "ko", 2, acc_nbuf=2),   # ... with threads and chunks in flight
+    Conv2DTiling(1, 8, 8, 1, 1, 1, "co", 2, acc_nbuf=2),   # ... alternating over output-channel tiles, weights per tile
 ]
 
 

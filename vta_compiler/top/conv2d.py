@@ -265,6 +265,7 @@ class Conv2D(Operator):
         w_o, w_i = sch.split(w, [ow // t.tile_w, t.tile_w])
         ko_o, ko_v, ko_i = sch.split(ko, [cib // (t.tile_ci * t.ko_nthread), t.ko_nthread, t.tile_ci])
         tiles = [co_o, b, h_o, w_o]
+        wgt_loop = co_o
         if t.acc_nbuf > 1:          # the innermost tile loop with more than one iteration, in pairs of tiles
             extents = (cob // t.tile_co, nb, oh // t.tile_h, ow // t.tile_w)
             at = F.alternated_loop(extents)
@@ -272,6 +273,8 @@ class Conv2D(Operator):
             tiles[at:at + 1] = [outer]
             tiles.append(alt)
             sch.annotate(alt, ALTERNATE, 1)
+            if at == 0:             # consecutive tiles are output-channel tiles: each loads its own weights
+                wgt_loop = alt
         sch.reorder(*tiles, co_v, h_v, ko_o, ko_v, co_i, h_i, w_i, ko_i, dy, dx, b_i, c_i, k_i)
         if t.ko_nthread > 1:
             sch.annotate(ko_v, PIPELINE, 1)
@@ -283,7 +286,7 @@ class Conv2D(Operator):
             sch.bind(h_v, "vthread.y")
             attach = h_v
         F.finish_schedule(sch, env, func, conv, producers, ewise, out, attach=attach, ko_o=ko_o, ko_v=ko_v,
-                          wgt_at=co_o if t.wgt_at == "co" else ko_v, lanes=(b_i, c_i), names=names)
+                          wgt_at=wgt_loop if t.wgt_at == "co" else ko_v, lanes=(b_i, c_i), names=names)
         return sch
 
     # ---------------------------------------------------------------------------------------- data
