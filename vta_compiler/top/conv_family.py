@@ -176,7 +176,7 @@ def _inside(tiles: int, first: int, step: int, window: int, size: int) -> float:
 #   copy with two copies;
 # * with two accumulator copies (``acc_copies``, a chunk loop) consecutive tiles alternate between them: a tile's
 #   resets wait for the stores of the tile before the previous one, its first loads only for the previous tile's
-#   GEMMs of their buffers, and its epilogue runs on the ALU engine beside the next tile's resets and GEMMs, in the
+#   GEMMs (every one: the token comes after its chunk loop), and its epilogue runs on the ALU engine beside the next tile's resets and GEMMs, in the
 #   cycles the GEMMs' write-back leaves free (one per run of uops into one destination: none for a 1x1 layer's).
 #
 # Each module runs its instructions in order; an instruction takes a fixed overhead (its command handshake,
@@ -300,8 +300,16 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
     loads, gemms = _step_program(vo_n, vh_n, k_n, s.inp_private, inp_loop, wgt_per_step)
     # the ALU engine works beside the GEMMs only in the cycles their write-back leaves the ACC ports free (one in
     # gemm_run): with one uop per destination it gets none, and the tiles run one after the other
-    alternate = s.acc_copies > 1 and steps > 1 and s.gemm_run > 1
+    alternate = s.acc_copies > 1 and s.gemm_run > 1
     alu_beside = alu1 * s.gemm_run / (s.gemm_run - 1) if alternate else alu1
+
+    def epilogue_beside(af, ready, ends):
+        """One output-channel thread's epilogue on the ALU engine, from when its GEMMs are done (``ready``)."""
+        a = (af if af > ready else ready) + bias1
+        for _ in range(vh_n):
+            a += alu_beside
+            ends.append(a)
+        return a
     # can the compute queue hold back the next tile's loads (more than 16 instructions between them)?
     queued = threads + (1 + epi_insns * vh_n if steps == 1 else 0) > COMMAND_QUEUE_DEPTH
     n_inp_buf = k_n * (vo_n if s.inp_private else 1) * vh_n
@@ -344,7 +352,7 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
         if weights:
             lf = max(lf, max(prev_g)) + wtile
         # with two accumulator copies a tile's resets wait for the stores of the tile before the previous one
-        reuse = stores2 if alternate else stores
+        reuse = stores2 if s.acc_copies > 1 else stores
         for v in range(threads):
             start = cf if cf > reuse[v] else reuse[v]
             if queued:
@@ -367,10 +375,13 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
             last_vo = 0
             for vo, gi, b, w in gemms:
                 if vo != last_vo:
-                    cf += bias1
-                    for _ in range(vh_n):
-                        cf += alu1
-                        alu_end.append(cf)
+                    if alternate:
+                        af = epilogue_beside(af, cf, alu_end)
+                    else:
+                        cf += bias1
+                        for _ in range(vh_n):
+                            cf += alu1
+                            alu_end.append(cf)
                     last_vo = vo
                 dep = inp[b]
                 if w >= 0 and wgt[w] > dep:
@@ -380,17 +391,22 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
             if queued:                           # the last epilogue: its ACC load, then its ALU instructions
                 pending = [cf] + [cf + bias1 + (h + i / epi_insns) * alu1 for h in range(vh_n)
                                   for i in range(epi_insns)]
-            cf += bias1
-            for _ in range(vh_n):
-                cf += alu1
-                alu_end.append(cf)
+            if alternate:
+                af = epilogue_beside(af, cf, alu_end)
+            else:
+                cf += bias1
+                for _ in range(vh_n):
+                    cf += alu1
+                    alu_end.append(cf)
         else:
             first_wait = cf
             marks = []
             g = first_wait
             for j in range(min(steps, _SIMULATED)):
-                if j == 0 and alternate:    # the first loads wait only for the previous tile's GEMMs of their buffers
-                    lf, cf, g = step(lf, cf, prev_g, False)
+                if j == 0 and s.acc_copies > 1:
+                    # the first loads wait only for the previous tile's GEMMs (all of them: their token follows the
+                    # previous tile's chunk loop), not for its epilogue
+                    lf, cf, g = step(lf, cf, max(prev_g), True)
                 else:
                     lf, cf, g = step(lf, cf, g, j == 0)
                 marks.append(cf)
@@ -400,13 +416,8 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
                 cf += shift
                 g = [x + shift for x in g]
             if alternate:      # the epilogue on the ALU engine, beside the next tile's resets and GEMMs
-                a = af if af > cf else cf
                 for _ in range(vo_n):
-                    a += bias1
-                    for _ in range(vh_n):
-                        a += alu_beside
-                        alu_end.append(a)
-                af = a
+                    af = epilogue_beside(af, cf, alu_end)
             else:
                 for _ in range(vo_n):
                     cf += bias1
@@ -441,7 +452,7 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
         """A run of tiles from a drained pipeline to the last store (cycles); ``weights``: which of its tiles
         load their weight tile first ("first", "every" or None)."""
         state = (0.0, 0.0, 0.0, [0.0] * threads, [0.0] * n_gemm, 0.0, [], 0.0, 0.0, [0.0] * threads)
-        if steps > 1 and weights != "every" and not alternate:
+        if steps > 1 and weights != "every" and s.acc_copies == 1:
             # with a chunk loop a tile's loads wait for its resets, and they for the previous tile's stores: every
             # tile without the weight load takes the same time from its resets on, and the next one's resets end
             # the same time after its own
