@@ -174,10 +174,11 @@ def _inside(tiles: int, first: int, step: int, window: int, size: int) -> float:
 #   those loads back until the queue has taken all but 16 of them;
 # * the first tile loads every uop kernel once (they then stay in the UOP buffer), the first tile of each accumulator
 #   copy with two copies;
-# * with two accumulator copies (``acc_copies``, a chunk loop) consecutive tiles alternate between them: a tile's
-#   resets wait for the stores of the tile before the previous one, its first loads only for the previous tile's
-#   GEMMs (every one: the token comes after its chunk loop), and its epilogue runs on the ALU engine beside the next tile's resets and GEMMs, in the
-#   cycles the GEMMs' write-back leaves free (one per run of uops into one destination: none for a 1x1 layer's).
+# * with two accumulator copies (``acc_copies``) consecutive tiles alternate between them: a tile's resets wait for
+#   the stores of the tile before the previous one, its first loads only for the previous tile's GEMMs (every one:
+#   the token comes after its chunk loop), and its epilogue runs on the ALU engine beside the next tile's resets and
+#   GEMMs, in the cycles the GEMMs' write-back leaves free (one per run of uops into one destination: none for a 1x1
+#   layer's with one input block per chunk, whose epilogues then run in turn with the GEMMs).
 #
 # Each module runs its instructions in order; an instruction takes a fixed overhead (its command handshake,
 # the DMA's first-beat latency or the GEMM/ALU pipeline fill) plus its beats or uops. Steps, tiles and runs
