@@ -304,13 +304,14 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
     alternate = s.acc_copies > 1 and s.gemm_run > 1
     alu_beside = alu1 * s.gemm_run / (s.gemm_run - 1) if alternate else alu1
 
-    def epilogue_beside(af, ready, ends):
-        """One output-channel thread's epilogue on the ALU engine, from when its GEMMs are done (``ready``)."""
-        a = (af if af > ready else ready) + bias1
+    def epilogue(cf, af, ends):
+        """One output-channel thread's epilogue once its GEMMs are done (at ``cf``): on the ALU engine (free at
+        ``af``) beside the next GEMMs when tiles alternate, else in turn on the compute module. Returns (cf, af)."""
+        a = (af if af > cf else cf) + bias1
         for _ in range(vh_n):
             a += alu_beside
             ends.append(a)
-        return a
+        return (cf, a) if alternate else (a, af)
     # can the compute queue hold back the next tile's loads (more than 16 instructions between them)?
     queued = threads + (1 + epi_insns * vh_n if steps == 1 else 0) > COMMAND_QUEUE_DEPTH
     n_inp_buf = k_n * (vo_n if s.inp_private else 1) * vh_n
@@ -376,13 +377,7 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
             last_vo = 0
             for vo, gi, b, w in gemms:
                 if vo != last_vo:
-                    if alternate:
-                        af = epilogue_beside(af, cf, alu_end)
-                    else:
-                        cf += bias1
-                        for _ in range(vh_n):
-                            cf += alu1
-                            alu_end.append(cf)
+                    cf, af = epilogue(cf, af, alu_end)
                     last_vo = vo
                 dep = inp[b]
                 if w >= 0 and wgt[w] > dep:
@@ -392,13 +387,7 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
             if queued:                           # the last epilogue: its ACC load, then its ALU instructions
                 pending = [cf] + [cf + bias1 + (h + i / epi_insns) * alu1 for h in range(vh_n)
                                   for i in range(epi_insns)]
-            if alternate:
-                af = epilogue_beside(af, cf, alu_end)
-            else:
-                cf += bias1
-                for _ in range(vh_n):
-                    cf += alu1
-                    alu_end.append(cf)
+            cf, af = epilogue(cf, af, alu_end)
         else:
             first_wait = cf
             marks = []
@@ -416,15 +405,8 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
                 lf += shift
                 cf += shift
                 g = [x + shift for x in g]
-            if alternate:      # the epilogue on the ALU engine, beside the next tile's resets and GEMMs
-                for _ in range(vo_n):
-                    af = epilogue_beside(af, cf, alu_end)
-            else:
-                for _ in range(vo_n):
-                    cf += bias1
-                    for _ in range(vh_n):
-                        cf += alu1
-                        alu_end.append(cf)
+            for _ in range(vo_n):
+                cf, af = epilogue(cf, af, alu_end)
         if store_loop:
             start = sf if sf > cf else cf
             sf = start + threads * store1

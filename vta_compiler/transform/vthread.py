@@ -81,16 +81,21 @@ def _clone(buf, suffix: str):
                             data_alignment=int(t.data_alignment) if t.data_alignment else -1)
 
 
-def inject_one(v, extent, body, env: Environment) -> tirx.Stmt:
-    n = const_int(extent, f"virtual thread {v} extent")
-    allocs = collect_allocs(body, env)
-    alloc_bufs = [a.buffer for a in allocs]
+def _without_allocs(body, env: Environment):
+    """``body`` without its on-chip allocations, and the buffers they allocated (the caller allocates them again,
+    once or per copy)."""
+    alloc_bufs = [a.buffer for a in collect_allocs(body, env)]
 
     def drop_allocs(s):
         if any(isinstance(c, tirx.AllocBuffer) and c.buffer in alloc_bufs for c in s.seq):
             return seq([c for c in s.seq if not (isinstance(c, tirx.AllocBuffer) and c.buffer in alloc_bufs)])
         return s
-    body = tvm_ffi.structural_map(body, (SeqStmt, drop_allocs), order="post")
+    return tvm_ffi.structural_map(body, (SeqStmt, drop_allocs), order="post"), alloc_bufs
+
+
+def inject_one(v, extent, body, env: Environment) -> tirx.Stmt:
+    n = const_int(extent, f"virtual thread {v} extent")
+    body, alloc_bufs = _without_allocs(body, env)
 
     leaves = []
     _leaves(body, env, leaves)
@@ -162,14 +167,7 @@ def alternate_one(v, extent, body, env: Environment) -> tirx.Stmt:
     """The iterations of a ``vta.alternate`` loop one after the other, each with its own copy of the ACC-scope
     buffers allocated inside it (every other on-chip buffer is allocated once, shared)."""
     n = const_int(extent, f"alternating loop {v} extent")
-    allocs = collect_allocs(body, env)
-    alloc_bufs = [a.buffer for a in allocs]
-
-    def drop_allocs(s):
-        if any(isinstance(c, tirx.AllocBuffer) and c.buffer in alloc_bufs for c in s.seq):
-            return seq([c for c in s.seq if not (isinstance(c, tirx.AllocBuffer) and c.buffer in alloc_bufs)])
-        return s
-    body = tvm_ffi.structural_map(body, (SeqStmt, drop_allocs), order="post")
+    body, alloc_bufs = _without_allocs(body, env)
     private = [b for b in alloc_bufs if scope_of(b) == env.acc_scope]
     copies = {b: [_clone(b, f"_alt{i}") for i in range(n)] for b in private}
     out = [tirx.AllocBuffer(b) for b in alloc_bufs if b not in copies]
