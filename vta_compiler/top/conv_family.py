@@ -287,9 +287,12 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
     bias1 = ACC_INSN_CYCLES + s.acc_per_operand / vo_n * env.ACC_ELEM_BYTES / bus
     alu1 = EPILOGUE_INSNS * ALU_INSN_CYCLES + EPILOGUE_CYCLES_PER_ELEM * acc_v
     epi_insns = EPILOGUE_INSNS
+    shortcut1 = residual1 = 0.0     # a fused residual's load (several rows: it waits for every older instruction
+    #                                 to retire) and its ALU work
     if s.shortcut:          # the shortcut's load and its ALU work, per thread, after the bias' epilogue
-        alu1 += ACC_INSN_CYCLES + acc_v * env.OUT_ELEM_BYTES / bus + \
-            RESIDUAL_ALU_INSNS * ALU_INSN_CYCLES + RESIDUAL_CYCLES_PER_ELEM * acc_v
+        shortcut1 = ACC_INSN_CYCLES + acc_v * env.OUT_ELEM_BYTES / bus
+        residual1 = RESIDUAL_ALU_INSNS * ALU_INSN_CYCLES + RESIDUAL_CYCLES_PER_ELEM * acc_v
+        alu1 += shortcut1 + residual1
         epi_insns += 1 + RESIDUAL_ALU_INSNS
     store1 = s.store_insns * STORE_INSN_CYCLES + acc_v * env.OUT_ELEM_BYTES / bus
     wtile = LOAD_INSN_CYCLES + s.wgt_tile * env.WGT_ELEM_BYTES / bus
@@ -302,14 +305,22 @@ def estimate_cycles(s: TileShape, env: Environment) -> float:
     # the ALU engine works beside the GEMMs only in the cycles their write-back leaves the ACC ports free (one in
     # gemm_run): with one uop per destination it gets none, and the tiles run one after the other
     alternate = s.acc_copies > 1 and s.gemm_run > 1
-    alu_beside = alu1 * s.gemm_run / (s.gemm_run - 1) if alternate else alu1
+    speed = s.gemm_run / (s.gemm_run - 1) if alternate else 1.0      # ALU cycles per cycle of work beside GEMMs
+    alu_beside = alu1 * speed
 
     def epilogue(cf, af, ends):
         """One output-channel thread's epilogue once its GEMMs are done (at ``cf``): on the ALU engine (free at
         ``af``) beside the next GEMMs when tiles alternate, else in turn on the compute module. Returns (cf, af)."""
         a = (af if af > cf else cf) + bias1
         for _ in range(vh_n):
-            a += alu_beside
+            if alternate and s.shortcut:
+                # the shortcut's load waits for the bias' part before it to retire and holds the next instructions
+                # back until it is done; only the shortcut's own ALU work runs beside the next GEMMs
+                a += (alu1 - shortcut1 - residual1) * speed + shortcut1
+                cf = a
+                a += residual1 * speed
+            else:
+                a += alu_beside
             ends.append(a)
         return (cf, a) if alternate else (a, af)
     # can the compute queue hold back the next tile's loads (more than 16 instructions between them)?
