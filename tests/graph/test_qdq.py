@@ -135,7 +135,8 @@ def test_onnxruntime_static_quantization_is_refused_by_name_or_rounded(tmp_path,
     model, xs = _ort_static_model(tmp_path)
     assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) >= 2
     mod, params = graph.from_onnx(model)
-    with pytest.raises(graph.QuantizationError, match=r"QDQ scale\(s\) are not powers of two.*qdq_scales='nearest'"):
+    with pytest.raises(graph.QuantizationError, match=r"QDQ scale\(s\) are not powers of two.*qdq_scales='nearest'"
+                                                      r".*ISA extension alu_mul"):
         graph.quantize(mod, params)
     qmod = graph.quantize(mod, params, qdq_scales="nearest")      # every tensor has its pair: no calibration
     x = xs[0]
@@ -146,7 +147,8 @@ def test_onnxruntime_static_quantization_is_refused_by_name_or_rounded(tmp_path,
 
 
 def test_onnxruntime_static_quantization_runs_with_its_own_scales_by_multipliers(tmp_path):
-    """With ``requant="multiply"`` (ALU MUL, ISA extension alu_mul) the model's scales are taken as they are: within one
+    """With ``requant="multiply"`` (ALU MUL, ISA extension alu_mul; the default on a configuration with alu_mul) the
+    model's scales are taken as they are: within one
     unit of ONNX Runtime's output scale everywhere, equal (to half a unit) on most values; the power-of-two
     rounding is several units off (a negative control). On fsim with alu_mul: the CPU's bits."""
     import vta_compiler as vta
@@ -165,6 +167,9 @@ def test_onnxruntime_static_quantization_runs_with_its_own_scales_by_multipliers
     assert rdiff.max() > 3 and np.mean(rdiff < 0.5) < np.mean(diff < 0.5) - 0.2
     cfg = vta.get_env().config.replace(ISA_EXTENSIONS=("alu_mul",))
     with vta.Environment(cfg) as env:
+        auto = graph.quantize(mod, params)       # alu_mul here: the model's own scales by multipliers, by itself
+        for x in xs[:2]:
+            np.testing.assert_array_equal(run_cpu(auto, x)[0], run_cpu(qmod, x)[0])
         vta_runtime.set_command_queue(vta_runtime.CommandQueue(FsimDevice(cfg)))
         try:
             pmod = graph.graph_pack(qmod, env)

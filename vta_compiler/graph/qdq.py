@@ -11,7 +11,7 @@ are powers of two. ``graph.quantize`` then uses these exponents instead of calib
 By default VTA requantizes by shifts, so only power-of-two scales are exact: a pair with another scale is
 refused naming the tensor and its scale, unless ``quantize(..., qdq_scales="nearest")`` rounds it to the
 nearest power of two (in log2). With ``quantize(..., requant="multiply")`` (fixed-point multipliers, the ISA
-extension ``alu_mul``) every tensor that a layer computes or that is quantized from float takes the model's
+extension ``alu_mul``; chosen by itself for such a model when the configuration has it) every tensor that a layer computes or that is quantized from float takes the model's
 scale as it is; only those a shift-rescaling host operator reads (residual add, concat, global pooling) still
 need powers of two. Zero points must be 0 (int8) or 128 (uint8, the same grid shifted): VTA's int8 is
 symmetric.
@@ -112,5 +112,7 @@ def exponents(g: Graph, scales: str = "exact", any_scale: set[int] | frozenset =
         raise QdqError(f"{len(bad)} QDQ scale(s) are not powers of two, and VTA requantizes by shifts: "
                        f"{', '.join(bad[:8])}{' ...' if len(bad) > 8 else ''}. Export with power-of-two scales "
                        "(Brevitas: a power-of-two scaling; onnxruntime: round the scales), or pass "
-                       "qdq_scales='nearest' to round each to the nearest power of two (not the model's own numbers)")
+                       "qdq_scales='nearest' to round each to the nearest power of two (not the model's own numbers); "
+                       "a configuration with the ISA extension alu_mul (config key ISA_EXTENSIONS) runs them as they "
+                       "are by fixed-point multipliers (quantize's requant='multiply', its default there)")
     return out

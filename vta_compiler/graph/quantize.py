@@ -572,7 +572,7 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
              global_scale: float | None = None, skip_layers: Sequence = (), per_channel: bool = True,
              percentile: float | None = None, calibrate: str = "max", depthwise_channels: bool = True,
              bias_correction: bool = False, float_budget: float | None = None, eval_data: Iterable | None = None,
-             metric=None, qdq_scales: str = "exact", requant: str = "shift",
+             metric=None, qdq_scales: str = "exact", requant: str | None = None,
              int8_activations: bool | None = None) -> tvm.IRModule:
     """Quantize a float network to VTA's integer form; returns a Relax module that runs on the CPU as is.
 
@@ -602,7 +602,10 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     calibrated one without rounding to a power of two (method "max" or "percentile"; except where a residual
     add, concat or global pooling reads it: those rescale by shifts), its weights use the whole int8 range
     per channel, and ``y = int8(clip((clip16((acc + bias) >> pre) * M + 2**(post-1)) >> post))`` with
-    ``M`` in [1024, 2048) per channel or per layer (see ``vta_compiler.reference.fixed_point``).
+    ``M`` in [1024, 2048) per channel or per layer (see ``vta_compiler.reference.fixed_point``). The default
+    None: ``"multiply"`` for a QDQ model with a scale that is not a power of two when the current VTA
+    configuration (``vta_compiler.get_env()``) has ``alu_mul`` (its own scales then run as they are), else
+    ``"shift"``.
     ``int8_activations``: hard-sigmoid, hard-swish, the squeeze-excite channel multiply and the elementwise multiply
     of two activations run on int8 values with a fixed-point multiplier (``graph.activations``; what VTA's ALU runs
     with ``alu_mul``, see ``graph_pack(activation=...)``) instead of in float on dequantized values; the default
@@ -611,7 +614,7 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     are worth more accuracy; ``depthwise_channels=False`` puts every one in int8).
     The module's ``main`` takes the float inputs and returns float outputs.
     """
-    if requant not in REQUANT_MODES:
+    if requant is not None and requant not in REQUANT_MODES:
         raise QuantizationError(f"requant={requant!r}: choose one of {', '.join(map(repr, REQUANT_MODES))}")
     if float_budget is not None:
         if calibration is None:
@@ -634,6 +637,8 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
         int8_activations = get_env().config.isa.has("alu_mul")
     try:
         g = prepare(mod, params)
+        if requant is None:
+            requant = auto_requant(g)
         acts = find_int8_activations(g, _skipped(g, skip_layers)) if int8_activations else {}
         if acts and depthwise_channels:       # per-channel scales of a depthwise input win: such activations stay float
             per_channel_nodes = set(channel_scaled(g, _skipped(g, skip_layers)))
@@ -693,6 +698,14 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     func = func.with_attr("vta.quantized_layers", [ly["name"] for ly in em.layers])
     out = tvm.IRModule({"main": func})
     return relax.transform.CanonicalizeBindings()(out)
+
+
+def auto_requant(g: Graph) -> str:
+    """``quantize``'s default ``requant``: a QDQ model whose scales are not all powers of two runs them by
+    multipliers where the current configuration has ALU MUL (``alu_mul``); everything else by shifts."""
+    from ..environment import get_env
+    own_scales = any(qdq.QDQ_SCALE in n.attrs for n in g.nodes)
+    return "multiply" if own_scales and get_env().config.isa.has("alu_mul") else "shift"
 
 
 def _run_emitter(em, g: Graph) -> relax.Function:
