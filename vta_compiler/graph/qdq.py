@@ -9,12 +9,12 @@ the float graph and notes each tensor's exponent (``s = 2**-e``) on the node tha
 are powers of two. ``graph.quantize`` then uses these exponents instead of calibrated ones.
 
 By default VTA requantizes by shifts, so only power-of-two scales are exact: a pair with another scale is
-refused naming the tensor and its scale, unless ``quantize(..., qdq_scales="nearest")`` rounds it to the
-nearest power of two (in log2). With ``quantize(..., requant="multiply")`` (fixed-point multipliers, the ISA
-extension ``alu_mul``; chosen by itself for such a model when the configuration has it) every tensor that a layer computes or that is quantized from float takes the model's
-scale as it is; only those a shift-rescaling host operator reads (residual add, concat, global pooling) still
-need powers of two. Zero points must be 0 (int8) or 128 (uint8, the same grid shifted): VTA's int8 is
-symmetric.
+refused naming the tensor and its scale, unless ``quantize(..., qdq_scales="nearest")`` rounds it to the nearest
+power of two (in log2). With ``quantize(..., requant="multiply")`` (fixed-point multipliers, the ISA extension
+``alu_mul``; chosen by itself for such a model when the configuration has it) every tensor that a layer computes
+or that is quantized from float takes the model's scale as it is; only those a shift-rescaling host operator
+reads (residual add, concat, global pooling) still need powers of two. Zero points must be 0 (int8) or 128
+(uint8, the same grid shifted): VTA's int8 is symmetric.
 """
 
 from __future__ import annotations
