@@ -103,14 +103,17 @@ def fuzz(session: nox.Session) -> None:
 @nox.session
 def netfuzz(session: nox.Session) -> None:
     """Random whole networks through graph.from_onnx -> quantize -> graph_pack -> build, each equal bit for bit
-    to the CPU run of its quantized module: 1,000 on fsim, then 100 on tsim (``-- N --seed S --device D`` runs
-    one batch of your own); a failing network is shrunk and saved under build/netfuzz/."""
+    to the CPU run of its quantized module: 1,000 on fsim, then 100 on tsim, then 300 with the ISA extensions
+    alu_mul and acc_8bit on fsim (``-- N --seed S --device D [--extensions ...]`` runs one batch of your own); a
+    failing network is shrunk and saved under build/netfuzz/."""
     _install(session)
     if session.posargs:
         session.run("python", "-m", "vta_compiler.testing.netfuzz", *session.posargs)
         return
     session.run("python", "-m", "vta_compiler.testing.netfuzz", "1000", "--seed", "1", "--device", "fsim")
     session.run("python", "-m", "vta_compiler.testing.netfuzz", "100", "--seed", "1001", "--device", "tsim")
+    session.run("python", "-m", "vta_compiler.testing.netfuzz", "300", "--seed", "40001", "--device", "fsim",
+                "--extensions", "alu_mul,acc_8bit")
 
 
 @nox.session

@@ -70,3 +70,27 @@ def test_a_failing_network_is_shrunk_and_saved_as_a_reproducer(tmp_path, monkeyp
     assert netfuzz.replay(path, "fsim").kind == "ok"          # the device was wrong, not the network
     z = np.load(path.with_suffix(".npz"))
     assert z["x"].shape == small.input_shape()
+
+
+EXTENDED_SEEDS = (30077, 30088, 30101, 30171)   # among them every int8 activation but the two-tensor multiply
+
+
+def test_random_networks_with_int8_activations_on_vta_equal_the_cpu_run():
+    """Extended networks (hard-swish, hard-sigmoid, squeeze-excite; ONNX's operators and PyTorch's forms) with the ISA
+    extensions alu_mul and acc_8bit: every int8 activation on VTA's ALU, each network equal to the CPU run."""
+    modes = set()
+    with netfuzz.with_extensions(("alu_mul", "acc_8bit")):
+        for seed in EXTENDED_SEEDS:
+            net = netfuzz.Network.draw(seed, MAX_OPS, extended=True)
+            got = netfuzz.check(net, "fsim")
+            assert got.kind == "ok" and got.informative and got.vta_activations, (seed, got, net.describe())
+            modes |= set(got.vta_activations)
+    assert modes == {"hard_swish", "hard_sigmoid", "channel_multiply"}, modes
+
+
+def test_extended_draws_leave_the_other_networks_as_they_were():
+    """Without extensions a seed draws the network it always drew (saved reproducers and seeded tests stay valid)."""
+    assert netfuzz.Network.draw(30077, MAX_OPS).describe() == \
+        "batch 2, input 1x9x9: conv 1->32 k5s1p2+relu6, add(1x1 1->32)"
+    assert netfuzz.Network.draw(30077, MAX_OPS, extended=True).describe() == \
+        "batch 2, input 1x9x9: conv 1->32 k5s1p2+hardswish, hardsigmoid"

@@ -10,6 +10,12 @@ earlier tensor of the same shape, nearest-neighbour upsampling, and the activati
 (ReLU, ReLU6, a clip, a maximum with a constant); channel counts and spatial sizes are mostly odd, the
 batch is 1 or 2. Weights and inputs come from the seed; two input batches calibrate, a third is compared.
 
+``--extensions alu_mul,acc_8bit`` runs the networks on the current configuration with those ISA extensions
+on, and draws from more operations: hard-swish and hard-sigmoid (ONNX's operators or PyTorch's
+``x * relu6(x + 3) / 6`` forms), the elementwise multiply of two tensors and squeeze-excite blocks (global
+average pool, 1x1 convolution, hard-sigmoid, channel multiply); with both extensions ``graph_pack`` puts
+every int8 activation on VTA's ALU (``activation="vta"``), so they are compared bit for bit too.
+
 A network that fails (the VTA run differs from the CPU run, or a step raises anything but a refusal
 that names its reason: ``QuantizationError``, ``GraphError``) is shrunk: operations are removed one at a
 time while it still fails the same way, and the smallest one is saved as ``build/netfuzz/net-<seed>.onnx``
@@ -19,6 +25,7 @@ with its inputs (``.npz``), which ``--replay FILE.onnx`` runs again.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import time
@@ -35,15 +42,23 @@ OPSET = 17
 
 
 # ---------------------------------------------------------------------------- the random list
-def random_ops(rnd: random.Random, n: int) -> list[dict]:
+#: the operations ``extended`` networks draw from as well (int8 activations with ``alu_mul``), and the activations
+#: after their layers
+EXTENDED_KINDS = ("hswish", "hswish", "hsigmoid", "mul", "se", "se")
+EXTENDED_ACTIVATIONS = ("hswish", "hswish", "hsigmoid")
+
+
+def random_ops(rnd: random.Random, n: int, extended: bool = False) -> list[dict]:
     """``n`` random operations; each is applied if it fits the running tensor, else skipped (so any
-    sub-list is a network too, which is what shrinking needs)."""
+    sub-list is a network too, which is what shrinking needs). ``extended``: with the activations of
+    ``EXTENDED_KINDS`` too (the other networks' draws are as they were)."""
     kinds = ["conv", "conv", "conv", "grouped", "depthwise", "convT", "pool", "add", "add", "concat", "upsample",
-             "act", "gemm"]
+             "act", "gemm"] + (list(EXTENDED_KINDS) if extended else [])
     ops = []
     for _ in range(n):
         kind = rnd.choice(kinds)
-        op = {"kind": kind, "act": rnd.choice(ACTIVATIONS), "pick": rnd.randrange(1 << 16),
+        op = {"kind": kind, "act": rnd.choice(ACTIVATIONS + (EXTENDED_ACTIVATIONS if extended else ())),
+              "pick": rnd.randrange(1 << 16),
               "co": rnd.choice(ODD_CHANNELS) if rnd.random() < 0.8 else rnd.choice((8, 16, 24, 32)),
               "bias": rnd.random() < 0.8, "seed": rnd.randrange(1 << 30)}
         if kind in ("conv", "grouped", "depthwise"):
@@ -79,10 +94,10 @@ class Network:
     applied: list[str] = field(default_factory=list)   # what each applied operation was, for messages
 
     @classmethod
-    def draw(cls, seed: int, max_ops: int = 7) -> Network:
+    def draw(cls, seed: int, max_ops: int = 7, extended: bool = False) -> Network:
         rnd = random.Random(seed)
         return cls(seed, rnd.choice((1, 1, 2)), rnd.choice((1, 3, 3, 5, 7, 16)), rnd.choice((7, 9, 11, 13, 15)),
-                   random_ops(rnd, rnd.randrange(2, max_ops + 1)))
+                   random_ops(rnd, rnd.randrange(2, max_ops + 1), extended))
 
     def input_shape(self) -> tuple[int, ...]:
         return (self.batch, self.channels, self.size, self.size)
@@ -153,6 +168,10 @@ class _Builder:
             return self.node("Clip", [x, self.const(np.float32(-1), "lo"), self.const(np.float32(2), "hi")]), "+clip"
         if kind == "max":
             return self.node("Max", [x, self.const(np.float32(0.25), "floor")]), "+max"
+        if kind == "hswish":          # ONNX's operator here (the PyTorch form is the operation "hswish")
+            return self.node("HardSwish", [x]), "+hardswish"
+        if kind == "hsigmoid":
+            return self.hard_sigmoid(x, True), "+hardsigmoid"
         return x, ""
 
     def weights(self, op: dict, shape: tuple[int, ...], fan_in: int) -> tuple[str, str | None]:
@@ -162,10 +181,43 @@ class _Builder:
                           "b") if op["bias"] else None
         return w, bias
 
+    def hard_sigmoid(self, x: str, pytorch: bool) -> str:
+        if pytorch:       # relu6(x + 3) / 6
+            y = self.node("Add", [x, self.const(np.float32(3), "three")])
+            y = self.node("Clip", [y, self.const(np.float32(0), "lo"), self.const(np.float32(6), "hi")])
+            return self.node("Div", [y, self.const(np.float32(6), "six")])
+        return self.node("HardSigmoid", [x], alpha=0.2, beta=0.5)
+
+    def extended(self, op: dict, x: str, shape: tuple[int, ...], seen):
+        """The ``EXTENDED_KINDS`` operations (4-D tensors only)."""
+        kind, pytorch = op["kind"], op["pick"] % 2 == 1
+        form = " (pytorch form)" if pytorch else ""
+        if kind == "hswish":
+            y = self.node("Mul", [x, self.hard_sigmoid(x, True)]) if pytorch else self.node("HardSwish", [x])
+            return y, shape, "hardswish" + form
+        if kind == "hsigmoid":
+            return self.hard_sigmoid(x, pytorch), shape, "hardsigmoid" + form
+        if kind == "mul":
+            cands = [nm for nm, sh in seen[:-1] if sh == shape]
+            if not cands:
+                return None
+            return self.node("Mul", [x, cands[op["pick"] % len(cands)]]), shape, "mul"
+        # squeeze-excite: x * hard_sigmoid(conv1x1(relu(conv1x1(gap(x)))))
+        n, c = shape[:2]
+        mid = max(1, c // 4)
+        g = self.node("GlobalAveragePool", [x])
+        w1, b1 = self.weights({**op, "kind": "conv"}, (mid, c, 1, 1), c)
+        h = self.node("Relu", [self.node("Conv", [g, w1] + ([b1] if b1 else []), kernel_shape=[1, 1])])
+        w2, b2 = self.weights({**op, "kind": "conv", "seed": op["seed"] + 1}, (c, mid, 1, 1), mid)
+        gate = self.hard_sigmoid(self.node("Conv", [h, w2] + ([b2] if b2 else []), kernel_shape=[1, 1]), pytorch)
+        return self.node("Mul", [x, gate]), shape, f"se {c}->{mid}" + form
+
     def apply(self, op: dict, x: str, shape: tuple[int, ...], seen):
         kind = op["kind"]
         if len(shape) == 2 and kind != "gemm" and kind != "act":
             return None                                     # after a dense layer only dense layers follow
+        if kind in EXTENDED_KINDS:
+            return self.extended(op, x, shape, seen)
         if kind in ("conv", "grouped", "depthwise"):
             n, c, h, w = shape
             k, s, p = op["k"], op["stride"], op["pad"]
@@ -260,6 +312,7 @@ class Outcome:
     detail: str = ""
     vta_share: float = 0.0
     informative: bool = False      # the compared output has more than a few distinct values
+    vta_activations: tuple[str, ...] = ()    # the int8 activations (top.activation's modes) that ran on VTA
 
     @property
     def failed(self) -> bool:
@@ -292,6 +345,7 @@ def check_model(model, calibration: list[np.ndarray], x: np.ndarray, device="fsi
 
     import vta_runtime
     from vta_compiler import graph
+    from vta_compiler.top.activation import MODES as ACTIVATION_MODES
 
     def outputs(res):
         items = [res] if hasattr(res, "numpy") else list(res)
@@ -300,7 +354,9 @@ def check_model(model, calibration: list[np.ndarray], x: np.ndarray, device="fsi
         mod, params = graph.from_onnx(model)
         qmod = graph.quantize(mod, params, calibration=calibration)
         pmod = graph.graph_pack(qmod, **(pack_options or {}))
-        share = graph.placement(pmod).vta_share
+        placed = graph.placement(pmod)
+        share = placed.vta_share
+        acts = tuple(m for m in (r["op"].split()[0] for r in placed.vta_rows) if m in ACTIVATION_MODES)
         ex = graph.build(pmod)
         want = outputs(relax.VirtualMachine(tvm.compile(qmod, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)))
         dev = open_device(device)
@@ -322,12 +378,23 @@ def check_model(model, calibration: list[np.ndarray], x: np.ndarray, device="fsi
         if a.shape != b.shape or a.dtype != b.dtype or not np.array_equal(a, b):
             diff = int(np.count_nonzero(a != b)) if a.shape == b.shape else -1
             return Outcome("mismatch", f"output {k}: {diff} of {b.size} values differ (VTA {a.dtype}{a.shape}, "
-                           f"CPU {b.dtype}{b.shape})", share, informative)
-    return Outcome("ok", "", share, informative)
+                           f"CPU {b.dtype}{b.shape})", share, informative, acts)
+    return Outcome("ok", "", share, informative, acts)
+
+
+def extended_pack_options() -> dict:
+    """``graph_pack``'s options for extended networks: every int8 activation on VTA where the configuration
+    has the extensions it needs (else the default placement)."""
+    import vta_compiler as vta
+
+    from ..top.activation import activation_refusal
+    return {} if activation_refusal(vta.get_env()) else {"activation": "vta"}
 
 
 def check(net: Network, device="fsim", pack_options: dict | None = None) -> Outcome:
     calibration, x = net.inputs()
+    if pack_options is None and any(op["kind"] in EXTENDED_KINDS for op in net.ops):
+        pack_options = extended_pack_options()
     return check_model(net.onnx(), calibration, x, device, pack_options)
 
 
@@ -359,26 +426,48 @@ def save(net: Network, outcome: Outcome, device) -> Path:
     return path
 
 
-def replay(path: str | Path, device="fsim") -> Outcome:
+def replay(path: str | Path, device="fsim", extensions: tuple[str, ...] = ()) -> Outcome:
+    """A saved reproducer again (``extensions``: the ones its run had on, as ``fuzz``'s)."""
     import onnx
     path = Path(path)
     z = np.load(path.with_suffix(".npz"))
-    return check_model(onnx.load(str(path)), [z["cal0"], z["cal1"]], z["x"], device)
+    with with_extensions(extensions):
+        return check_model(onnx.load(str(path)), [z["cal0"], z["cal1"]], z["x"], device,
+                           extended_pack_options() if extensions else None)
 
 
 # ---------------------------------------------------------------------------- many networks
 def fuzz(n: int, seed: int = 0, device="fsim", quiet: bool = False, save_failures: bool = True,
-         max_ops: int = 7):
+         max_ops: int = 7, extensions: tuple[str, ...] = ()):
     """Networks ``seed .. seed+n-1`` (of 2..``max_ops`` operations) on ``device``; returns (counts by outcome,
-    failures as (network, outcome, reproducer path or None)), each failure shrunk first."""
-    counts = {"ok": 0, "refused": 0, "mismatch": 0, "error": 0, "informative": 0}
+    failures as (network, outcome, reproducer path or None)), each failure shrunk first. ``extensions``: ISA
+    extensions turned on in the current configuration for the run, with extended networks (see the module doc)."""
+    with with_extensions(extensions):
+        return _fuzz(n, seed, device, quiet, save_failures, max_ops, bool(extensions))
+
+
+@contextlib.contextmanager
+def with_extensions(extensions: tuple[str, ...]):
+    """The current configuration with ``extensions`` on as well, for the block (nothing changes without any)."""
+    if not extensions:
+        yield
+        return
+    import vta_compiler as vta
+    cfg = vta.get_env().config
+    with vta.Environment(cfg.replace(ISA_EXTENSIONS=tuple(dict.fromkeys((*cfg.ISA_EXTENSIONS, *extensions))))):
+        yield
+
+
+def _fuzz(n, seed, device, quiet, save_failures, max_ops, extended):
+    counts = {"ok": 0, "refused": 0, "mismatch": 0, "error": 0, "informative": 0, "vta_activations": 0}
     failures = []
     t0 = time.perf_counter()
     for k in range(n):
-        net = Network.draw(seed + k, max_ops)
+        net = Network.draw(seed + k, max_ops, extended)
         got = check(net, device)
         counts[got.kind] += 1
         counts["informative"] += got.informative
+        counts["vta_activations"] += len(got.vta_activations)
         if got.failed:
             small, small_got = shrink(net, got, device)
             path = save(small, small_got, device) if save_failures else None
@@ -400,18 +489,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=int(time.time()) % 100000, help="first seed (default: the clock)")
     p.add_argument("--device", choices=("fsim", "tsim"), default="fsim")
     p.add_argument("--replay", help="run a saved reproducer (.onnx, with its .npz beside it) again")
+    p.add_argument("--extensions", default="", help="ISA extensions to turn on, comma-separated (alu_mul,acc_8bit): "
+                   "extended networks with int8 activations, run on VTA")
     args = p.parse_args(argv)
+    extensions = tuple(e for e in args.extensions.split(",") if e)
     if args.replay:
-        got = replay(args.replay, args.device)
+        got = replay(args.replay, args.device, extensions)
         print(f"{got.kind}: {got.detail}" if got.detail else got.kind)
         return 1 if got.failed else 0
-    print(f"netfuzz: {args.n} networks (seeds {args.seed}..{args.seed + args.n - 1}) on {args.device}", flush=True)
+    print(f"netfuzz: {args.n} networks (seeds {args.seed}..{args.seed + args.n - 1}) on {args.device}"
+          + (f" with {', '.join(extensions)}" if extensions else ""), flush=True)
     t0 = time.perf_counter()
-    counts, failures = fuzz(args.n, args.seed, args.device)
+    counts, failures = fuzz(args.n, args.seed, args.device, extensions=extensions)
     dt = time.perf_counter() - t0
     print(f"{args.n} networks on {args.device}, seeds {args.seed}..{args.seed + args.n - 1}: {counts['ok']} equal, "
           f"{counts['refused']} refused with a reason, {counts['mismatch']} mismatches, {counts['error']} errors "
-          f"({counts['informative']} with informative outputs); {dt:.0f} s")
+          f"({counts['informative']} with informative outputs; {counts['vta_activations']} int8 activations on VTA); "
+          f"{dt:.0f} s")
     return 1 if failures else 0
 
 
