@@ -209,3 +209,42 @@ def test_depthwise_and_transposed_convolutions_fold_and_quantize():
     kept = graph.quantize(mod, params, calibration=xs[:2], skip_layers=["conv2d_transpose_0"])
     assert graph.layer_outputs(kept) == ["conv2d_0"]
     assert np.abs(run_cpu(kept, xs[2])[0] - want).max() / np.abs(want).max() < 0.05
+
+
+def test_a_hard_sigmoid_after_a_layer_becomes_its_epilogue(fsim):
+    """PyTorch's hard-sigmoid ``relu6(conv(x) + 3) / 6``: the add, the clip and the divide fold into the layer
+    (weights, bias and clip scaled by 1/6), nothing runs in float between the layers, the float graph still
+    follows ONNX Runtime, and VTA's run equals the CPU's."""
+    ort = pytest.importorskip("onnxruntime")
+    from graph_helpers import run_vta
+
+    from vta_compiler.graph.evaluate import evaluate
+    rng = np.random.default_rng(3)
+    inits = {"w1": rng.normal(0, 0.4, (16, 8, 3, 3)), "b1": rng.normal(0, 0.5, 16), "three": np.array(3.0),
+             "lo": np.array(0.0), "hi": np.array(6.0), "six": np.array(6.0), "w2": rng.normal(0, 0.3, (8, 16, 1, 1))}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c1", "three"], ["a"]),
+             helper.make_node("Clip", ["a", "lo", "hi"], ["r6"]),
+             helper.make_node("Div", ["r6", "six"], ["hs"]),
+             helper.make_node("Conv", ["hs", "w2"], ["y"])]
+    model = onnx_model(nodes, inits, [1, 8, 8, 8], [1, 8, 8, 8])
+    mod, params = graph.from_onnx(model)
+    g = prepare(mod, params)
+    assert [n.op for n in g.nodes if n.op != "input"] == ["conv2d"] * 2
+    c1 = next(n for n in g.nodes if n.op == "conv2d")
+    assert c1.attrs["act"] == ("clip", 0.0, 1.0)
+    np.testing.assert_allclose(c1.attrs["weight"], inits["w1"] / 6, rtol=1e-6)
+    np.testing.assert_allclose(c1.attrs["bias"], (inits["b1"] + 3) / 6, rtol=1e-6)
+    xs = [rng.normal(0, 1, (1, 8, 8, 8)).astype(np.float32) for _ in range(3)]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": xs[2]})[0]
+    np.testing.assert_allclose(evaluate(g, [xs[2]])[id(g.outputs[0])], want, rtol=1e-4, atol=1e-4)
+    qmod = graph.quantize(mod, params, calibration=xs[:2])
+    pmod = graph.graph_pack(qmod)
+    pl = graph.placement(pmod)
+    assert [r["device"] for r in pl.rows if r["macs"]] == ["VTA"] * 2
+    devices = "".join("V" if r["device"] == "VTA" else "C" for r in pl.rows)
+    assert devices.strip("C") == "VV", pl.rows     # nothing on the host between the layers (only the input's
+    #                                               quantization before them and the output's after)
+    got = run_cpu(qmod, xs[2])[0]
+    assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.98
+    np.testing.assert_array_equal(run_vta(graph.build(pmod), xs[2])[0], got)

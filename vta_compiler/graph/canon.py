@@ -6,7 +6,8 @@
 ``weight`` and ``bias`` (float64 numpy arrays) and fold
 what follows them while it is per-output-channel arithmetic with a constant and the layer is its
 only reader: ``+ c``, ``- c``, ``* c``, ``/ c`` (batch norm after ``DecomposeOpsForInference``, a
-bias add) and a final ``relu`` or ``clip`` (the layer's ``act``).
+bias add) and a final ``relu`` or ``clip`` (the layer's ``act``), then a multiply or divide by a
+positive scalar (which scales the layer and its clip: PyTorch's hard-sigmoid ``relu6(x + 3) / 6``).
 
 Weights keep their operator's layout: OIHW (``conv2d``, ``I`` = input channels per group), IOHW
 (``conv2d_transpose``: ``(CI, CO/groups, KH, KW)``, the output channel axis is 1) and OI (``dense``).
@@ -14,6 +15,8 @@ Weights keep their operator's layout: OIHW (``conv2d``, ``I`` = input channels p
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from tvm import relax
@@ -227,6 +230,25 @@ def _clip_act(layer: Node, nxt: Node):
     return ("clip", lo, hi)
 
 
+def _scale_clipped(layer: Node, nxt: Node) -> bool:
+    """``clip(y, lo, hi) * k`` (or ``/ k``) with a scalar ``k > 0`` is ``clip(y * k, lo * k, hi * k)``: the layer
+    takes it (PyTorch's hard-sigmoid ``relu6(x + 3) / 6`` after a layer becomes that layer's epilogue)."""
+    if nxt.op not in ("relax.multiply", "relax.divide") or len(nxt.args) != 2 or \
+            tuple(nxt.shape) != tuple(layer.shape):
+        return False
+    a, b = nxt.args
+    k = _scalar(b) if a is layer else _scalar(a) if b is layer and nxt.op == "relax.multiply" else None
+    if k is None or not (math.isfinite(k) and k > 0):
+        return False
+    k = 1.0 / k if nxt.op == "relax.divide" else k
+    at = layer.attrs
+    at["weight"] = (at["weight"] * k).astype(at["weight"].dtype)
+    at["bias"] = (at["bias"] * k).astype(at["bias"].dtype)
+    _, lo, hi = at["act"]
+    at["act"] = ("clip", lo * k, None if hi is None else hi * k)
+    return True
+
+
 def _fold_next(layer: Node, nxt: Node) -> bool:
     """Fold ``nxt`` (the layer's only reader) into the layer; False if it is not foldable."""
     at = layer.attrs
@@ -235,7 +257,7 @@ def _fold_next(layer: Node, nxt: Node) -> bool:
         at["act"] = act
         return True
     if at["act"] is not None:
-        return False
+        return _scale_clipped(layer, nxt)
     if nxt.op in AFFINE and len(nxt.args) == 2:
         a, b = nxt.args
         if a is layer and isinstance(b, Const):
