@@ -108,8 +108,26 @@ def test_a_folder_of_npy_files_calibrates_like_the_npz(compiled, digits):
     np.testing.assert_array_equal(np.load(d / "digits.tar.npy"), np.load(d / "from_dir.tar.npy"))
 
 
-def test_errors_say_what_is_wrong(compiled, digits):
+def vta_in_process(*args, cwd: Path, capsys, monkeypatch) -> subprocess.CompletedProcess:
+    """``vta ARGS`` through the command's own ``main`` in this process (no interpreter start-up and TVM import per
+    call): its exit status (argparse's refusals included) and what it wrote."""
+    from vta_compiler.cli import main
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
+def test_errors_say_what_is_wrong(compiled, digits, capsys, monkeypatch):
+    """Each refusal names the problem, with exit status 2 and no traceback (in-process, but for the first case, which
+    goes through a real ``vta`` process)."""
     d, _, _ = digits
+    res = vta("run", "missing.tar", "--input", "x.npy", cwd=d)
+    assert res.returncode == 2 and "missing.tar does not exist" in res.stderr and "Traceback" not in res.stderr
     np.save(d / "wrong.npy", np.zeros((1, 1, 9, 9), np.float32))
     cases = [
         (("run", "digits.tar", "--input", "wrong.npy"),
@@ -125,11 +143,12 @@ def test_errors_say_what_is_wrong(compiled, digits):
          "cannot reach the RPC tracker at 127.0.0.1:1"),
     ]
     for args, message in cases:
-        res = vta(*args, cwd=d)
+        res = vta_in_process(*args, cwd=d, capsys=capsys, monkeypatch=monkeypatch)
         assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
         assert "Traceback" not in res.stderr
     np.savez(d / "badcal.npz", np.zeros((2, 1, 8, 8), np.float32))
-    res = vta("compile", "digits.onnx", "--calibration", "badcal.npz", cwd=d)
+    res = vta_in_process("compile", "digits.onnx", "--calibration", "badcal.npz", cwd=d, capsys=capsys,
+                         monkeypatch=monkeypatch)
     assert res.returncode == 2 and "has shape (2, 1, 8, 8), the model takes (1, 1, 8, 8)" in res.stderr
 
 

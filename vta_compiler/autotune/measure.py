@@ -231,7 +231,11 @@ class RPCMeasure:
 
     # -- set-up
     def servers(self) -> int:
+        import socket
+
         from tvm import rpc
+        # TVM's tracker session retries a refused connection for a minute; nothing listening is an error now
+        socket.create_connection(self.tracker, timeout=10).close()
         summary = rpc.connect_tracker(*self.tracker).summary()
         return sum(1 for s in summary.get("server_info", []) if s.get("key") == f"server:{self.key}")
 
