@@ -168,9 +168,9 @@ class _Builder:
             return self.node("Clip", [x, self.const(np.float32(-1), "lo"), self.const(np.float32(2), "hi")]), "+clip"
         if kind == "max":
             return self.node("Max", [x, self.const(np.float32(0.25), "floor")]), "+max"
-        if kind == "hswish":          # ONNX's operator here (the PyTorch form is the operation "hswish")
+        if kind == "hswish":          # after a layer: ONNX's operator; the operation "hswish" draws both forms
             return self.node("HardSwish", [x]), "+hardswish"
-        if kind == "hsigmoid":
+        if kind == "hsigmoid":        # after a layer: PyTorch's relu6(x + 3) / 6, which folds into it
             return self.hard_sigmoid(x, True), "+hardsigmoid"
         return x, ""
 
