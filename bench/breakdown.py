@@ -2,8 +2,8 @@
 
 ``breakdown(vm, args, queue)`` runs ``vm["main"](*args)`` a few times and splits the wall time into:
 
-* ``device``: the device's ``run`` (fsim: its static checks and the engine executing the stream), and of it
-  ``engine`` (fsim's C++ engine alone, when the device has one);
+* ``device``: the device's ``run`` or ``run_stream`` (fsim: writing the stream, its static checks and the
+  engine executing it), and of it ``engine`` (fsim's C++ engine alone, when the device has one);
 * ``runtime_callback``: the runtime handing finished streams to the device (Python), outside ``device``;
 * ``kernel_host_code``: the rest of the VTA kernels' calls: their host code and the runtime building the
   instruction and uop streams (or replaying cached ones);
@@ -30,14 +30,14 @@ PARTS = ("device", "engine", "runtime_callback", "kernel_host_code", "host_ops",
 
 
 class _Timed:
-    """A proxy that adds the wall time of calls of one method of ``target`` to ``sink[key]``."""
+    """A proxy that adds the time of calls of some methods of ``target`` to ``sink[key]``."""
 
-    def __init__(self, target, method: str, sink: dict, key: str):
-        self._target, self._method, self._sink, self._key = target, method, sink, key
+    def __init__(self, target, methods: tuple[str, ...], sink: dict, key: str):
+        self._target, self._methods, self._sink, self._key = target, methods, sink, key
 
     def __getattr__(self, name):
         attr = getattr(self._target, name)
-        if name != self._method:
+        if name not in self._methods:
             return attr
 
         def timed(*args, **kwargs):
@@ -80,7 +80,10 @@ def breakdown(vm, args: list, queue, rounds: int = 5) -> dict[str, Any]:
         return 0
 
     vm.set_instrument(instrument)
-    queue.device = _Timed(device, "run", acc, "device")
+    queue.device = _Timed(device, ("run",), acc, "device")
+    run_at = queue._run_stream_at     # the device's one-call write + run, which the queue prefers
+    if run_at is not None:
+        queue._run_stream_at = _Timed(device, ("run_stream",), acc, "device").run_stream
     run_stream = queue._run_stream
 
     def timed_run_stream(*a):
@@ -92,7 +95,7 @@ def breakdown(vm, args: list, queue, rounds: int = 5) -> dict[str, Any]:
             n["streams"] += 1
     queue._run_stream = timed_run_stream
     if engine is not None:
-        device.engine = _Timed(engine, "run", acc, "engine")
+        device.engine = _Timed(engine, ("run", "stream"), acc, "engine")
     try:
         for _ in range(rounds):
             acc.clear()
@@ -111,6 +114,7 @@ def breakdown(vm, args: list, queue, rounds: int = 5) -> dict[str, Any]:
     finally:
         vm.set_instrument(None)
         queue.device = device
+        queue._run_stream_at = run_at
         del queue._run_stream
         if engine is not None:
             device.engine = engine

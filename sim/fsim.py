@@ -68,6 +68,9 @@ class FsimDevice(SimulatedMemoryDevice):
         self._counts = np.zeros(len(DEVICE_COUNTERS), np.int64)
         self.engine = native.Engine(cfg, DEVICE_COUNTERS)
         self.engine.bind(self.inp, self.wgt, self.acc, self.out, self.uop, self.dram.data, self._counts)
+        # run_stream does write + run in one engine call, unless a subclass changes one of the steps
+        self._one_call = all(getattr(type(self), m) is getattr(FsimDevice, m)
+                             for m in ("write", "run", "_validate", "_execute"))
 
     # ------------------------------------------------------------------ Device protocol
     def stats(self) -> dict[str, int]:
@@ -86,6 +89,36 @@ class FsimDevice(SimulatedMemoryDevice):
         prog = _Program(self.isa, words)
         self._validate(prog)
         self._execute(prog, timeout)
+
+    def run_stream(self, stream: bytes, count: int, insn_phys: int, uops: bytes, uop_phys: int,
+                   timeout: float | None = None) -> None:
+        """``write(uop_phys, uops)`` (if any), ``write(insn_phys, stream)``, ``run(insn_phys, count, timeout)``
+        in one engine call (the runtime hands every stream over so); the same effects and errors."""
+        if not self._one_call or len(stream) != 16 * count:
+            self._write_and_run(stream, count, insn_phys, uops, uop_phys, timeout)
+            return
+        status, report = self.engine.stream(stream, count, insn_phys, uops, uop_phys,
+                                            self.dram.pages.allocation_table(), timeout)
+        if status == native.OK:
+            return
+        if status in (native.WRITE_REFUSED, native.CHECK_REFUSED):   # nothing ran: the two steps word it
+            self._write_and_run(stream, count, insn_phys, uops, uop_phys, timeout)
+            raise DeviceError(f"fsim's engine refused a stream (status {status}) that its two-step path runs "
+                              "(fsim_engine.cc's fsim_stream and fsim.py disagree: a bug)")
+        prog = _Program(self.isa, np.frombuffer(stream, "<u8").reshape(-1, 2).copy())
+        if status == native.UNBALANCED:   # as _execute: diagnose decides whether what is left is an error
+            err = unbalanced_error(self.isa, prog, *self._progress(prog, report))
+            if err is not None:
+                raise err
+            return
+        self._raise(prog, status, report, timeout)
+
+    def _write_and_run(self, stream: bytes, count: int, insn_phys: int, uops: bytes, uop_phys: int,
+                       timeout: float | None) -> None:
+        if uops:
+            self.write(uop_phys, uops)
+        self.write(insn_phys, stream)
+        self.run(insn_phys, count, timeout)
 
     # ------------------------------------------------------------------ static checks
     def _validate(self, p: _Program) -> None:

@@ -1490,4 +1490,37 @@ int32_t fsim_exec_one(void* h, const uint64_t* word, double timeout_s, int64_t* 
   }
 }
 
+// The runtime's whole hand-over of one stream in one call (FsimDevice.run_stream): write the uop
+// kernels (if any) and the stream into DRAM, check the stream, run it, and tell whether it ended
+// cleanly. The stream is read from `stream` (the caller's copy, as fsim_run reads its copy), not
+// from DRAM, which a STORE may overwrite. A refusal before anything is written or run returns
+// ST_WRITE_REFUSED or ST_CHECK_REFUSED, after which the caller's two-step path (write, run) words
+// the error; ST_UNBALANCED: the run ended without every module done, every token taken and a FINISH last.
+constexpr int32_t ST_WRITE_REFUSED = 5, ST_CHECK_REFUSED = 6, ST_UNBALANCED = 7;
+
+static bool inside_one(int64_t phys, int64_t nbytes, const int64_t* starts, const int64_t* sizes, int64_t nalloc) {
+  if (nbytes <= 0) return true;
+  const int64_t k = std::upper_bound(starts, starts + nalloc, phys) - starts - 1;
+  return k >= 0 && phys + nbytes <= starts[k] + sizes[k];
+}
+
+int32_t fsim_stream(void* h, const uint64_t* stream, int64_t n, int64_t insn_phys, const uint8_t* uops,
+                    int64_t uop_bytes, int64_t uop_phys, const int64_t* starts, const int64_t* sizes, int64_t nalloc,
+                    double timeout_s, int64_t* report) {
+  auto* e = static_cast<Engine*>(h);
+  if (n <= 0 || !inside_one(insn_phys, 16 * n, starts, sizes, nalloc) ||
+      (uop_bytes && !inside_one(uop_phys, uop_bytes, starts, sizes, nalloc)))
+    return ST_WRITE_REFUSED;
+  if (uop_bytes) std::memcpy(e->dram + uop_phys, uops, static_cast<size_t>(uop_bytes));
+  std::memcpy(e->dram + insn_phys, stream, static_cast<size_t>(16 * n));
+  if (fsim_check(h, stream, n, starts, sizes, nalloc) >= 0) return ST_CHECK_REFUSED;
+  const int32_t st = fsim_run(h, stream, n, timeout_s, report);
+  if (st != ST_OK) return st;
+  for (int s = 0; s < kStages; ++s)
+    if (report[3 + s] != n) return ST_UNBALANCED;
+  for (int q = 0; q < kQueues; ++q)
+    if (report[6 + q] != 0) return ST_UNBALANCED;
+  return e->get(stream + 2 * (n - 1), F_OPCODE) == OP_FINISH ? ST_OK : ST_UNBALANCED;
+}
+
 }  // extern "C"

@@ -21,8 +21,8 @@ from vta_runtime.errors import DeviceError
 
 SOURCE = Path(__file__).with_name("fsim_engine.cc")
 
-# Status codes and report slots of fsim_engine.cc.
-OK, DEADLOCK, TIMEOUT, SRAM_INDEX, INTERNAL = range(5)
+# Status codes and report slots of fsim_engine.cc (the last three from fsim_stream only).
+OK, DEADLOCK, TIMEOUT, SRAM_INDEX, INTERNAL, WRITE_REFUSED, CHECK_REFUSED, UNBALANCED = range(8)
 REPORT_LEN = 10
 #: what overflowed, for SRAM_INDEX (report[1]): (name in the message, config depth attribute)
 SRAM_WHAT = (("GEMM ACC (dst)", "ACC_BUFF_DEPTH"), ("GEMM INP (src)", "INP_BUFF_DEPTH"),
@@ -75,6 +75,7 @@ def library() -> ctypes.CDLL:
                 "fsim_check": ([vp, vp, i64, vp, vp, i64], i64),
                 "fsim_run": ([vp, vp, i64, dbl, vp], i32),
                 "fsim_exec_one": ([vp, vp, dbl, vp], i32),
+                "fsim_stream": ([vp, vp, i64, i64, vp, i64, i64, vp, vp, i64, dbl, vp], i32),
             }
             for name, (args, res) in sigs.items():
                 fn = getattr(lib, name)
@@ -126,6 +127,8 @@ class Engine:
         self._report = np.zeros(REPORT_LEN, np.int64)
         self._report_address = _address(self._report)
         self._arrays: tuple = ()
+        self._table: np.ndarray | None = None   # the allocation table stream() last saw, and its addresses
+        self._table_starts = self._table_sizes = 0
 
     def bind(self, inp: np.ndarray, wgt: np.ndarray, acc: np.ndarray, out: np.ndarray, uop: np.ndarray,
              dram: np.ndarray, counters: np.ndarray) -> None:
@@ -170,6 +173,19 @@ class Engine:
         status = self._lib.fsim_run(self._handle, _address(words), words.shape[0],
                                     -1.0 if timeout is None else float(timeout), self._report_address)
         return status, self._report.tolist()
+
+    def stream(self, stream: bytes, count: int, insn_phys: int, uops: bytes, uop_phys: int, table: np.ndarray,
+               timeout: float | None) -> tuple[int, list[int] | None]:
+        """Write ``uops`` (if any) and ``stream`` into DRAM, check and run it: fsim_stream's (status, report);
+        report is None when the status is OK. ``table``: ``PageAllocator.allocation_table()``."""
+        if table is not self._table:
+            n = table.shape[1]
+            self._table, self._table_starts = table, table.ctypes.data if n else 0
+            self._table_sizes = self._table_starts + 8 * n if n else 0
+        status = self._lib.fsim_stream(self._handle, stream, count, insn_phys, uops, len(uops), uop_phys,
+                                       self._table_starts, self._table_sizes, table.shape[1],
+                                       -1.0 if timeout is None else float(timeout), self._report_address)
+        return status, None if status == OK else self._report.tolist()
 
     def exec_one(self, word: np.ndarray, timeout: float | None) -> tuple[int, list[int]]:
         """Execute one checked instruction (a (2,) uint64 array); (status, report)."""

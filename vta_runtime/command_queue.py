@@ -60,6 +60,9 @@ class CommandQueue:
                  uop_staging_bytes: int = 1 << 22, debug_flags: int = 0, debug_stream: TextIO | None = None,
                  stream_cache: bool = True, stream_cache_bytes: int = 256 << 20):
         self.device = device
+        #: optional Device method run_stream(stream, count, insn_phys, uops, uop_phys, timeout): the same as
+        #: write(uop_phys, uops) if uops, write(insn_phys, stream), run(insn_phys, count, timeout)
+        self._run_stream_at = getattr(device, "run_stream", None)
         self.config = cfg = device.config
         self.isa = cfg.isa
         if max_insns < 4 * _SYNC_RESERVE:
@@ -311,15 +314,20 @@ class CommandQueue:
             if len(stream) > MAX_XFER:
                 raise RuntimeUsageError(f"instruction stream of {len(stream)} bytes exceeds the {MAX_XFER}-byte "
                                         "limit")
-            if uops:
-                self.device.write(self._uop_buf.phys, np.frombuffer(uops, np.uint32))
             if self._insn_buf is None or self._insn_buf.nbytes < len(stream):
                 if self._insn_buf is not None:
                     self.buffer_free(self._insn_buf)
                 self._insn_buf = self.buffer_alloc(max(len(stream), 1 << 16))
-            self.device.write(self._insn_buf.phys, stream)
+            uop_phys = self._uop_buf.phys if uops else 0
             try:
-                self.device.run(self._insn_buf.phys, count, None if timeout < 0 else timeout)
+                if self._run_stream_at is not None:   # a device that takes write + write + run in one call
+                    self._run_stream_at(stream, count, self._insn_buf.phys, uops, uop_phys,
+                                        None if timeout < 0 else timeout)
+                else:
+                    if uops:
+                        self.device.write(uop_phys, np.frombuffer(uops, np.uint32))
+                    self.device.write(self._insn_buf.phys, stream)
+                    self.device.run(self._insn_buf.phys, count, None if timeout < 0 else timeout)
             finally:
                 self.runs += 1
         except BaseException as exc:   # handed back to the caller by _call (or by tvm_ffi, as its class)

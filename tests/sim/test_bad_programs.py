@@ -15,9 +15,27 @@ from vta_runtime import (
 )
 
 
+@pytest.fixture(autouse=True, params=["write-and-run", "run_stream"])
+def handover(request):
+    """Every test twice: the stream handed over as write + run, and as a device's one-call run_stream
+    (fsim's, which the runtime prefers; skipped for devices without one), which must say the same."""
+    global _handover
+    _handover = request.param
+    yield
+    _handover = "write-and-run"
+
+
+_handover = "write-and-run"
+
+
 def run(dev, words):
     data = Isa.to_bytes(words)
     phys = dev.alloc(len(data))
+    if _handover == "run_stream":
+        if not hasattr(dev, "run_stream"):
+            pytest.skip(f"{type(dev).__name__} has no run_stream")
+        dev.run_stream(data, len(words), phys, b"", 0, timeout=60)
+        return
     dev.write(phys, data)
     dev.run(phys, len(words), timeout=60)
 
