@@ -152,6 +152,10 @@ struct Engine {
                                                           // current by INP loads and at the start of a run
   std::vector<uint32_t> wgt_pairs_stamp;
   uint32_t pairs_stamp = 0;
+  std::vector<int16_t, LineAligned<int16_t>> wgt_diag;   // a tile's diagonal, widened (made with its pairs)
+  std::vector<uint8_t> wgt_is_diag;                      // 1: nothing off the diagonal (depthwise tiles)
+  std::vector<const int16_t*> diags;                     // the group order's diagonals, when all_diag
+  bool all_diag = false;                                 // every tile set_tiles set is diagonal
   std::vector<std::pair<uint64_t, int32_t>> fused_steps;   // (opcode, immediate) after the first (fused_alu)
   int active_pairs[8] = {0};                   // input pairs a GEMM's rows are not all zero in (AVX2 kernel)
   int num_active = 8;
@@ -518,6 +522,12 @@ struct Engine {
           _mm256_storeu_si256(col + (c + 4) * 2, _mm256_permute2x128_si256(u[c], u[c + 4], 0x31));   // pair c + 4
         }
       }
+      bool diag = true;
+      for (int o = 0; o < 16; ++o) {
+        wgt_diag[t * 16 + o] = m[o * 16 + o];
+        for (int k = 0; k < 16; ++k) diag = diag && (k == o || m[o * 16 + k] == 0);
+      }
+      wgt_is_diag[t] = diag;
       wgt_pairs_stamp[t] = pairs_stamp;
     }
     return dst;
@@ -677,6 +687,28 @@ struct Engine {
       case 2: run(std::integral_constant<int, 2>{}); break;
       case 1: run(std::integral_constant<int, 1>{}); break;
       default: break;
+    }
+  }
+
+  // The same where every tile is diagonal (a depthwise layer's: one channel per group), d[u] the
+  // diagonals: each output lane adds its input lane times its weight, 16 products per multiply
+  // (int8 x int8 fits 16 bits exactly), widened to 32 bits before they add.
+  void gemm_rows_diag(int32_t* a, int8_t* q, int64_t a_step, const int16_t* x, int64_t x_step, int64_t rows,
+                      const int64_t* off, const int16_t* const* d, int64_t n) const {
+    for (int64_t r = 0; r < rows; ++r) {
+      int32_t* const ar = a + r * a_step;
+      const int16_t* const xr = x + r * x_step;
+      __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar));
+      __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar + 8));
+      for (int64_t u = 0; u < n; ++u) {
+        const __m256i prod = _mm256_mullo_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + off[u])),
+                                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d[u])));
+        lo = _mm256_add_epi32(lo, _mm256_cvtepi16_epi32(_mm256_castsi256_si128(prod)));
+        hi = _mm256_add_epi32(hi, _mm256_cvtepi16_epi32(_mm256_extracti128_si256(prod, 1)));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ar), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ar + 8), hi);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + r * a_step), low_bytes(lo, hi));
     }
   }
 
@@ -888,7 +920,16 @@ struct Engine {
 
   void set_tiles(const Loops& l, int64_t w0) {
 #if defined(__AVX2__)
-    for (int64_t j = 0; j < l.nuops; ++j) tiles[j] = pairs_of(w0 + u_wgt[order[j]]);
+    all_diag = true;
+    for (int64_t j = 0; j < l.nuops; ++j) {
+      const int64_t t = w0 + u_wgt[order[j]];
+      tiles[j] = pairs_of(t);
+      all_diag = all_diag && wgt_is_diag[t];
+    }
+    if (all_diag) {
+      diags.resize(l.nuops);
+      for (int64_t j = 0; j < l.nuops; ++j) diags[j] = wgt_diag.data() + (w0 + u_wgt[order[j]]) * 16;
+    }
 #else
     (void)l;
     (void)w0;
@@ -916,6 +957,10 @@ struct Engine {
           const int64_t a_step = l.dst_in * lanes, x_step = l.src_in * il;
           const int64_t* off = &src_off[begin];
           const int16_t* const* t = &tiles[begin];
+          if (all_diag) {
+            gemm_rows_diag(a, q, a_step, x, x_step, blocked, off, &diags[begin], count);
+            continue;
+          }
           switch (num_active) {   // 0: every input pair is zero, the sums stay; OUT is still written
             case 0:
             case 1: gemm_rows<1>(a, q, a_step, x, x_step, blocked, off, t, num_active ? count : 0); break;
@@ -1419,6 +1464,8 @@ void* fsim_create(const int64_t* params, int64_t nparams) {
   p.acc8_elem_bytes = *v++;
   e->wgt_pairs.assign(static_cast<size_t>(p.wgt_depth) * p.block_out * p.block_in, 0);
   e->wgt_pairs_stamp.assign(p.wgt_depth, 0);
+  e->wgt_diag.assign(static_cast<size_t>(p.wgt_depth) * p.block_out, 0);
+  e->wgt_is_diag.assign(p.wgt_depth, 0);
   e->inp16.assign(static_cast<size_t>(p.inp_depth) * p.batch * p.block_in, 0);
   return e;
 }

@@ -632,3 +632,23 @@ def test_out_holds_the_gemm_sums_whenever_it_can_be_seen(case):
     for out, acc, stored in results:   # the AVX2 kernel, then the plain loop
         assert np.array_equal(out, want_out) and np.array_equal(acc, want_acc)
         assert np.array_equal(stored, want_out if "store" in steps else np.zeros_like(want_out))
+
+
+@pytest.mark.parametrize("shape", ["rows-inner", "acc-inner", "acc-both"])
+@pytest.mark.parametrize("tiles", ["diagonal", "one-off-diagonal"])
+def test_fast_gemm_with_diagonal_tiles_equals_numpy(shape, tiles):
+    """Depthwise layers' weight tiles are diagonal (one channel per group), which the engine multiplies
+    lane by lane; a tile with one weight off the diagonal must take the dense kernel (a negative control
+    for the detection: the off-diagonal product changes the result)."""
+    dev = FsimDevice()
+    if not dev.engine.has_fast_gemm:
+        pytest.skip("no AVX2 kernel on this machine or config")
+    cfg = dev.config
+    rng = np.random.default_rng(11 + len(shape))
+    for n in (1, 2, 5):
+        words, uops, f = blocked_gemm_case(dev, rng, shape, n, ())
+        w = dev.wgt.reshape(-1, cfg.BLOCK_OUT, cfg.BLOCK_IN)
+        w *= np.eye(cfg.BLOCK_OUT, cfg.BLOCK_IN, dtype=np.int8)      # every tile diagonal
+        if tiles == "one-off-diagonal":
+            w[[u[2] for u in uops][3], 2, 9] = 77
+        run_gemm_against_numpy(dev, words, uops, f, f"{tiles}, n = {n}")
