@@ -9,6 +9,7 @@ face, and owns what stays in Python: the device, buffers, copies, and running fi
 
 from __future__ import annotations
 
+import inspect
 import sys
 import weakref
 from collections.abc import Callable, Hashable
@@ -61,8 +62,10 @@ class CommandQueue:
                  stream_cache: bool = True, stream_cache_bytes: int = 256 << 20):
         self.device = device
         #: optional Device method run_stream(stream, count, insn_phys, uops, uop_phys, timeout): the same as
-        #: write(uop_phys, uops) if uops, write(insn_phys, stream), run(insn_phys, count, timeout)
-        self._run_stream_at = getattr(device, "run_stream", None)
+        #: write(uop_phys, uops) if uops, write(insn_phys, stream), run(insn_phys, count, timeout). Only the
+        #: device's own: a proxy that wraps run and forwards the rest (__getattr__) must see every run.
+        self._run_stream_at = getattr(device, "run_stream") if \
+            inspect.getattr_static(device, "run_stream", None) is not None else None
         self.config = cfg = device.config
         self.isa = cfg.isa
         if max_insns < 4 * _SYNC_RESERVE:

@@ -21,7 +21,10 @@ DEVICE_METHODS = ("alloc", "free", "write", "read", "run", "stats", "clear_stats
 class Device(Protocol):
     """A VTA device: physical memory plus an engine that runs instruction streams.
 
-    Physical memory is handed out in 4 KiB pages and physical address 0 is never valid.
+    Physical memory is handed out in 4 KiB pages and physical address 0 is never valid. A device may also
+    have ``run_stream(stream, count, insn_phys, uops, uop_phys, timeout)``, which ``CommandQueue`` then calls
+    instead of ``write(uop_phys, uops)`` (if ``uops``), ``write(insn_phys, stream)`` and ``run(insn_phys,
+    count, timeout)``, with the same effects and errors (fsim does the three in one engine call).
     Devices are constructed from a config (a ``Config``, a dict or a path; default: the
     repository config).
     """

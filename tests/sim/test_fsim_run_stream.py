@@ -98,3 +98,28 @@ def test_the_command_queue_hands_streams_over_in_one_call_unless_a_subclass_chan
         assert calls["engine"] == 1 and TwoStepFsim.calls == 0
     else:
         assert calls["engine"] == 0 and TwoStepFsim.calls == 1
+
+
+class RunCountingProxy:
+    """A device proxy as the bench and the profiler write them: wraps run, forwards the rest."""
+
+    def __init__(self, dev):
+        self._dev, self.config, self.runs = dev, dev.config, 0
+
+    def run(self, insn_phys, insn_count, timeout=None):
+        self.runs += 1
+        return self._dev.run(insn_phys, insn_count, timeout)
+
+    def __getattr__(self, name):
+        return getattr(self._dev, name)
+
+
+def test_a_proxy_that_forwards_run_stream_by_getattr_still_sees_every_run():
+    proxy = RunCountingProxy(FsimDevice())
+    q = vta_runtime.CommandQueue(proxy)
+    try:
+        q.synchronize(60)
+        q.synchronize(60)
+    finally:
+        q.close()
+    assert proxy.runs == 2

@@ -136,6 +136,27 @@ def _dense_from(node: Node) -> Node | None:
     return Node(node.name, "dense", [x], node.shape, node.dtype, None, attrs)
 
 
+def _conv1d_from(node: Node) -> list[Node] | None:
+    """``conv1d(x, W)`` (NCW/OIW, a constant ``W``) as ``reshape(conv2d(reshape(x, (N, C, 1, W)), W'), (N, O, OW))``:
+    a 1-D convolution is a 2-D one over an image one row high (silero-vad's STFT and encoder)."""
+    x, w = node.args[:2]
+    if not (isinstance(x, Node) and isinstance(w, Const)) or len(x.shape) != 3:
+        return None
+    a = node.call.attrs
+    if str(a.data_layout) != "NCW" or str(a.kernel_layout) != "OIW" or str(a.out_layout) not in ("NCW", ""):
+        raise GraphError(f"{node.name}: conv1d in layout {a.data_layout}/{a.kernel_layout}; import the network "
+                         "in NCW/OIW")
+    pad = _ints(a.padding)
+    pad = pad * 2 if len(pad) == 1 else pad
+    n, c, width = x.shape
+    image = _reshape_node(f"{node.name}_image", x, (n, c, 1, width))
+    attrs = {"weight": w.value[:, :, None, :].astype(np.float64), "bias": np.zeros(w.shape[0]),
+             "strides": (1, *_ints(a.strides)), "padding": (0, pad[0], 0, pad[1]),
+             "dilation": (1, *_ints(a.dilation)), "groups": int(a.groups), "act": None}
+    conv = Node(node.name, "conv2d", [image], (n, node.shape[1], 1, node.shape[2]), node.dtype, None, attrs)
+    return [image, conv, _reshape_node(f"{node.name}_row", conv, node.shape)]
+
+
 def _reshape_node(name: str, x: Node, shape: tuple[int, ...]) -> Node:
     v = relax.Var("x", relax.TensorType(x.shape, x.dtype))
     return Node(name, "relax.reshape", [x, relax.ShapeExpr(list(shape))], shape, x.dtype,
@@ -158,14 +179,26 @@ def _flat_dense_from(node: Node) -> list[Node] | None:
 
 def _unflattens(view: Node, layer: Node) -> bool:
     """Whether ``view`` reshapes a dense layer's (rows, N) output to (..., N): the rows of a sequence again (as
-    ``_flat_dense_from`` and TVM's importer write a rank-3 matmul)."""
-    return layer.op == "dense" and view.op == "relax.reshape" and len(view.shape) > 2 and \
+    ``_flat_dense_from`` and TVM's importer write a rank-3 matmul); or a conv2d's (N, O, 1, W) output to the
+    (N, O, W) of the 1-D convolution it was (``_conv1d_from``)."""
+    if view.op != "relax.reshape":
+        return False
+    if layer.op == "conv2d":
+        return _is_row_view(view, layer)
+    return layer.op == "dense" and len(view.shape) > 2 and \
         view.shape[-1] == layer.shape[1] and int(np.prod(view.shape[:-1])) == layer.shape[0]
+
+
+def _is_row_view(view: Node, layer: Node) -> bool:
+    s = tuple(layer.shape)
+    return len(s) == 4 and s[2] == 1 and tuple(view.shape) == (s[0], s[1], s[3])
 
 
 def _on_rows(nxt: Node, unflat: Node, layer: Node) -> Node | None:
     """``nxt`` (elementwise on a flattened dense layer's ``unflat`` view) as the same operator on the layer's
     rows, if its constant varies along the last axis only; None otherwise."""
+    if layer.op == "conv2d":
+        return _on_image(nxt, unflat, layer)
     n_out = layer.shape[1]
     args = []
     for a in nxt.args:
@@ -181,6 +214,39 @@ def _on_rows(nxt: Node, unflat: Node, layer: Node) -> Node | None:
     if tuple(nxt.shape) != tuple(unflat.shape):
         return None
     return Node(nxt.name, nxt.op, args, layer.shape, nxt.dtype, nxt.call)
+
+
+def _on_image(nxt: Node, row: Node, layer: Node) -> Node | None:
+    """``nxt`` (elementwise on the (N, O, W) view of a conv2d's (N, O, 1, W) output) as the same operator on the
+    layer's output, its constants given the image's axis of height 1."""
+    if tuple(nxt.shape) != tuple(row.shape):
+        return None
+    args = []
+    for a in nxt.args:
+        if a is row:
+            args.append(layer)
+        elif isinstance(a, Const) and a.value.ndim <= 3:
+            v = a.value.reshape((1,) * (3 - a.value.ndim) + a.value.shape)
+            args.append(Const(v.reshape(v.shape[:2] + (1,) + v.shape[2:])))
+        elif isinstance(a, (Node, Const)):
+            return None
+        else:
+            args.append(a)
+    return Node(nxt.name, nxt.op, args, layer.shape, nxt.dtype, nxt.call)
+
+
+def _drop_round_trip_views(g: Graph) -> None:
+    """``reshape(reshape(x, s), x.shape)`` is ``x``: between two 1-D convolutions made 2-D (``_conv1d_from``) the
+    (N, C, 1, W) image stays one, so the packed layout does not change between them."""
+    for node in list(g.nodes):
+        inner = node.args[0] if node.op == "relax.reshape" else None
+        if not (isinstance(inner, Node) and inner.op == "relax.reshape" and isinstance(inner.args[0], Node) and
+                tuple(inner.args[0].shape) == tuple(node.shape)):
+            continue
+        g.replace_uses(node, inner.args[0])
+        g.nodes.remove(node)
+        if not g.users()[id(inner)]:
+            g.nodes.remove(inner)
 
 
 def _channel_vector(c: Const, out_shape: tuple[int, ...]) -> np.ndarray | None:
@@ -303,6 +369,8 @@ def canonicalize(g: Graph) -> Graph:
             new = _conv_from(node)
         elif node.op == "relax.nn.conv2d_transpose":
             new = _conv_transpose_from(node)
+        elif node.op == "relax.nn.conv1d":
+            new = _conv1d_from(node)
         elif node.op == "relax.matmul":
             new = _dense_from(node) or _flat_dense_from(node)
         if isinstance(new, list):
@@ -310,7 +378,7 @@ def canonicalize(g: Graph) -> Graph:
                 n.source = node.source
             k = g.nodes.index(node)
             g.nodes[k:k + 1] = new
-            carry(node, new[1])          # the dense layer; the view after it keeps its exponent
+            carry(node, new[1])          # the layer; the view after it keeps its exponent
             g.replace_uses(node, new[-1])
         elif new is not None:
             new.source = node.source
@@ -344,6 +412,7 @@ def canonicalize(g: Graph) -> Graph:
                     g.nodes.remove(after)
                     changed = True
                     break
+    _drop_round_trip_views(g)
     for n in list(g.nodes):        # a batch norm that follows no layer: per-channel arithmetic
         if n.op == "relax.nn.batch_norm" and (aff := _bn_affine(n)) is not None:
             mul, add = _affine_nodes(n, *aff)

@@ -78,12 +78,20 @@ class _RunLog:
         self.config = device.config
         self.calls = calls
         self.runs: list[dict] = []
+        if hasattr(device, "run_stream"):       # the command queue's one-call hand-over, logged as a run
+            self.run_stream = self._run_stream
 
     def run(self, insn_phys, insn_count, timeout=None):
+        return self._logged(insn_count, self._dev.run, insn_phys, insn_count, timeout)
+
+    def _run_stream(self, stream, count, insn_phys, uops, uop_phys, timeout=None):
+        return self._logged(count, self._dev.run_stream, stream, count, insn_phys, uops, uop_phys, timeout)
+
+    def _logged(self, insn_count, fn, *args):
         before = dict(self._dev.stats())
         t0 = time.perf_counter()
         try:
-            return self._dev.run(insn_phys, insn_count, timeout)
+            return fn(*args)
         finally:
             t1 = time.perf_counter()
             after = self._dev.stats()
