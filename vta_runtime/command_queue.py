@@ -64,7 +64,7 @@ class CommandQueue:
         #: optional Device method run_stream(stream, count, insn_phys, uops, uop_phys, timeout): the same as
         #: write(uop_phys, uops) if uops, write(insn_phys, stream), run(insn_phys, count, timeout). Only the
         #: device's own: a proxy that wraps run and forwards the rest (__getattr__) must see every run.
-        self._run_stream_at = getattr(device, "run_stream") if \
+        self._run_stream_at = device.run_stream if \
             inspect.getattr_static(device, "run_stream", None) is not None else None
         self.config = cfg = device.config
         self.isa = cfg.isa
