@@ -1,7 +1,8 @@
 """Canonical float layers: convolutions and dense layers with their weights, folded bias and activation.
 
 ``canonicalize(graph)`` turns ``conv2d(x, W)`` (any groups), ``conv2d_transpose(x, W)`` and
-``matmul(x, W)`` with constant weights into ``conv2d`` / ``conv2d_transpose`` / ``dense`` nodes (named
+``matmul(x, W)`` with constant weights (and ``conv1d(x, W)``, as a conv2d over an image one row high between
+two views) into ``conv2d`` / ``conv2d_transpose`` / ``dense`` nodes (named
 ``conv2d_0``, ``conv2d_1``, ..., ``conv2d_transpose_0``, ``dense_0`` in graph order) that carry
 ``weight`` and ``bias`` (float64 numpy arrays) and fold
 what follows them while it is per-output-channel arithmetic with a constant and the layer is its
