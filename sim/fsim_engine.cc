@@ -87,6 +87,13 @@ struct Params {
 
 // ---------------------------------------------------------------- status codes and the report
 // (mirrored in sim/fsim_native.py)
+// Whether [phys, phys + nbytes) lies inside the allocation containing phys (the last one starting at or
+// before it); starts sorted, as PageAllocator.allocation_table() gives them.
+bool inside_allocation(int64_t phys, int64_t nbytes, const int64_t* starts, const int64_t* sizes, int64_t nalloc) {
+  const int64_t k = std::upper_bound(starts, starts + nalloc, phys) - starts - 1;
+  return k >= 0 && phys + nbytes <= starts[k] + sizes[k];
+}
+
 enum Status { ST_OK = 0, ST_DEADLOCK = 1, ST_TIMEOUT = 2, ST_SRAM_INDEX = 3, ST_INTERNAL = 4 };
 enum SramWhat { GEMM_DST = 0, GEMM_SRC = 1, GEMM_WGT = 2, ALU_DST = 3, ALU_SRC = 4 };
 // report[]: 0 instruction index, 1 what (SramWhat), 2 value (the index that overflows),
@@ -154,7 +161,7 @@ struct Engine {
   uint32_t pairs_stamp = 0;
   std::vector<int16_t, LineAligned<int16_t>> wgt_diag;   // a tile's diagonal, widened (made with its pairs)
   std::vector<uint8_t> wgt_is_diag;                      // 1: nothing off the diagonal (depthwise tiles)
-  std::vector<const int16_t*> diags;                     // the group order's diagonals, when all_diag
+  std::vector<const int16_t*> diags;                     // their diagonals, in group order
   bool all_diag = false;                                 // every tile set_tiles set is diagonal
   std::vector<std::pair<uint64_t, int32_t>> fused_steps;   // (opcode, immediate) after the first (fused_alu)
   int active_pairs[8] = {0};                   // input pairs a GEMM's rows are not all zero in (AVX2 kernel)
@@ -303,11 +310,7 @@ struct Engine {
         int64_t eb = elem_bytes_of(mt);
         int64_t span = std::max<int64_t>(x, (y - 1) * get(w, F_X_STRIDE) + x) * eb;
         int64_t phys = static_cast<int64_t>(get(w, F_DRAM_BASE)) * eb;
-        // the allocation containing phys (the last one starting at or before it)
-        const int64_t* it = std::upper_bound(starts, starts + nalloc, phys);
-        if (it == starts) return true;
-        int64_t k = (it - starts) - 1;
-        if (phys + span > starts[k] + sizes[k]) return true;
+        if (!inside_allocation(phys, span, starts, sizes, nalloc)) return true;
       }
     }
     return false;
@@ -921,14 +924,12 @@ struct Engine {
   void set_tiles(const Loops& l, int64_t w0) {
 #if defined(__AVX2__)
     all_diag = true;
+    diags.resize(l.nuops);
     for (int64_t j = 0; j < l.nuops; ++j) {
       const int64_t t = w0 + u_wgt[order[j]];
       tiles[j] = pairs_of(t);
+      diags[j] = wgt_diag.data() + t * 16;
       all_diag = all_diag && wgt_is_diag[t];
-    }
-    if (all_diag) {
-      diags.resize(l.nuops);
-      for (int64_t j = 0; j < l.nuops; ++j) diags[j] = wgt_diag.data() + (w0 + u_wgt[order[j]]) * 16;
     }
 #else
     (void)l;
@@ -1545,18 +1546,12 @@ int32_t fsim_exec_one(void* h, const uint64_t* word, double timeout_s, int64_t* 
 // the error; ST_UNBALANCED: the run ended without every module done, every token taken and a FINISH last.
 constexpr int32_t ST_WRITE_REFUSED = 5, ST_CHECK_REFUSED = 6, ST_UNBALANCED = 7;
 
-static bool inside_one(int64_t phys, int64_t nbytes, const int64_t* starts, const int64_t* sizes, int64_t nalloc) {
-  if (nbytes <= 0) return true;
-  const int64_t k = std::upper_bound(starts, starts + nalloc, phys) - starts - 1;
-  return k >= 0 && phys + nbytes <= starts[k] + sizes[k];
-}
-
 int32_t fsim_stream(void* h, const uint64_t* stream, int64_t n, int64_t insn_phys, const uint8_t* uops,
                     int64_t uop_bytes, int64_t uop_phys, const int64_t* starts, const int64_t* sizes, int64_t nalloc,
                     double timeout_s, int64_t* report) {
   auto* e = static_cast<Engine*>(h);
-  if (n <= 0 || !inside_one(insn_phys, 16 * n, starts, sizes, nalloc) ||
-      (uop_bytes && !inside_one(uop_phys, uop_bytes, starts, sizes, nalloc)))
+  if (n <= 0 || !inside_allocation(insn_phys, 16 * n, starts, sizes, nalloc) ||
+      (uop_bytes && !inside_allocation(uop_phys, uop_bytes, starts, sizes, nalloc)))
     return ST_WRITE_REFUSED;
   if (uop_bytes) std::memcpy(e->dram + uop_phys, uops, static_cast<size_t>(uop_bytes));
   std::memcpy(e->dram + insn_phys, stream, static_cast<size_t>(16 * n));

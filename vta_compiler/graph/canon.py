@@ -95,14 +95,19 @@ def _ints(v) -> tuple[int, ...]:
     return tuple(int(x) for x in v)
 
 
+def _require_layouts(node: Node, what: str, data: str, kernel: str) -> None:
+    a = node.call.attrs
+    if str(a.data_layout) != data or str(a.kernel_layout) != kernel or str(a.out_layout) not in (data, ""):
+        raise GraphError(f"{node.name}: {what} in layout {a.data_layout}/{a.kernel_layout}; import the network "
+                         f"in {data}/{kernel}")
+
+
 def _conv_from(node: Node) -> Node | None:
     x, w = node.args[:2]
     if not (isinstance(x, Node) and isinstance(w, Const)):
         return None
+    _require_layouts(node, "conv2d", "NCHW", "OIHW")
     a = node.call.attrs
-    if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or str(a.out_layout) not in ("NCHW", ""):
-        raise GraphError(f"{node.name}: conv2d in layout {a.data_layout}/{a.kernel_layout}; import the network "
-                         "in NCHW/OIHW")
     pad = _ints(a.padding)
     if len(pad) == 2:
         pad = (pad[0], pad[1], pad[0], pad[1])
@@ -115,10 +120,8 @@ def _conv_transpose_from(node: Node) -> Node | None:
     x, w = node.args[:2]
     if not (isinstance(x, Node) and isinstance(w, Const)):
         return None
+    _require_layouts(node, "conv2d_transpose", "NCHW", "IOHW")
     a = node.call.attrs
-    if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "IOHW" or str(a.out_layout) not in ("NCHW", ""):
-        raise GraphError(f"{node.name}: conv2d_transpose in layout {a.data_layout}/{a.kernel_layout}; import the "
-                         "network in NCHW/IOHW")
     pad = _ints(a.padding)
     if len(pad) == 2:
         pad = (pad[0], pad[1], pad[0], pad[1])
@@ -143,10 +146,8 @@ def _conv1d_from(node: Node) -> list[Node] | None:
     x, w = node.args[:2]
     if not (isinstance(x, Node) and isinstance(w, Const)) or len(x.shape) != 3:
         return None
+    _require_layouts(node, "conv1d", "NCW", "OIW")
     a = node.call.attrs
-    if str(a.data_layout) != "NCW" or str(a.kernel_layout) != "OIW" or str(a.out_layout) not in ("NCW", ""):
-        raise GraphError(f"{node.name}: conv1d in layout {a.data_layout}/{a.kernel_layout}; import the network "
-                         "in NCW/OIW")
     pad = _ints(a.padding)
     pad = pad * 2 if len(pad) == 1 else pad
     n, c, width = x.shape
