@@ -86,8 +86,14 @@ def default_cfg():
     return dict(DEFAULT_CFG)
 
 
+@pytest.hookimpl(tryfirst=True)          # before ``-m slow`` selects
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``slow`` run in ``nox -s slow`` (VTA_SLOW=1), not in the default suite."""
+    """Tests marked ``slow`` run in ``nox -s slow`` (VTA_SLOW=1), not in the default suite; ``slow_on(device)``
+    marks only the test's run on that ``make_device`` device slow."""
+    for item in items:
+        for mark in item.iter_markers("slow_on"):
+            if getattr(item, "callspec", None) and item.callspec.params.get("make_device") in mark.args:
+                item.add_marker(pytest.mark.slow)
     if os.environ.get("VTA_SLOW"):
         return
     skip = pytest.mark.skip(reason="slow: run `nox -s slow` (or set VTA_SLOW=1)")

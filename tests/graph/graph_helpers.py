@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from vta_compiler import graph
@@ -16,10 +17,25 @@ def outputs(res) -> list[np.ndarray]:
     return [r.numpy() for r in items]
 
 
+#: CPU virtual machines by the module's structural hash: (module, vm); compiling and JIT-loading a module
+#: costs seconds, and tests run the same module on many inputs
+_CPU_VMS: dict[int, tuple] = {}
+
+
+def cpu_vm(qmod) -> relax.VirtualMachine:
+    """The quantized module alone, compiled for the CPU once (structurally equal modules share it)."""
+    key = tvm_ffi.structural_hash(qmod)
+    hit = _CPU_VMS.get(key)
+    if hit is None or not tvm_ffi.structural_equal(hit[0], qmod):
+        if len(_CPU_VMS) >= 64:           # the oldest go: a session builds hundreds of small modules
+            del _CPU_VMS[next(iter(_CPU_VMS))]
+        hit = _CPU_VMS[key] = (qmod, relax.VirtualMachine(tvm.compile(qmod, "llvm"), tvm.cpu()))
+    return hit[1]
+
+
 def run_cpu(qmod, *inputs) -> list[np.ndarray]:
-    """The quantized module alone, compiled for the CPU (the reference the VTA run must equal)."""
-    vm = relax.VirtualMachine(tvm.compile(qmod, "llvm"), tvm.cpu())
-    return outputs(vm["main"](*[tvm.runtime.tensor(x) for x in inputs]))
+    """The quantized module alone, run on the CPU (the reference the VTA run must equal)."""
+    return outputs(cpu_vm(qmod)["main"](*[tvm.runtime.tensor(x) for x in inputs]))
 
 
 def run_vta(ex, *inputs) -> list[np.ndarray]:

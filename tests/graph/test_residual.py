@@ -109,5 +109,6 @@ def test_auto_placement_follows_the_board_hosts_estimate():
             pl = graph.placement(graph.graph_pack(qmod, env))
             assert len([r for r in pl.vta_rows if "residual" in r]) == fused_adds, mhz
             assert len([r for r in host_adds(pl) if "the host is faster" in r["note"]]) == ADDS - fused_adds
-            forced = graph.placement(graph.graph_pack(qmod, env, residual="vta"))
-            assert len([r for r in forced.vta_rows if "residual" in r]) == ADDS
+            if not fused_adds:      # where auto says the host, the option still fuses every add
+                forced = graph.placement(graph.graph_pack(qmod, env, residual="vta"))
+                assert len([r for r in forced.vta_rows if "residual" in r]) == ADDS

@@ -337,6 +337,7 @@ def test_same_result_normal_force_serial_and_auto_flush(make_device):
         assert q.device.stats()["gemm_counter"] == 8 * 8 * 8
 
 
+@pytest.mark.slow_on("tsim")     # its tsim run is a Verilator build of its own (about 50 s)
 def test_uop_buffer_wraps_and_evicts(make_device, default_cfg):
     """A 16-uop UOP buffer forces kernels to wrap and evict each other; results stay exact."""
     dev = make_device({**default_cfg, "LOG_UOP_BUFF_SIZE": 6})
