@@ -110,7 +110,7 @@ def test_activations_on_vta_equal_the_cpu_int8_run(net, ext_fsim):
         np.testing.assert_array_equal(got, want)
         assert len(np.unique(want)) > 100, "the output should be informative"
         # negative control: the float activations' quantized network computes other bits
-        assert (other != want).mean() > 0.2
+        assert (other != want).mean() > 0.1
     assert dev.stats()["alu_counter"] > 0
 
 

@@ -66,8 +66,12 @@ def test_quantize_calibrate_option():
     assert 'R.multiply(x, R.const(8.0, "float32"))' in text["max"]        # 12 * 2**3 <= 127
     for m in ("percentile", "mse", "entropy"):
         assert 'R.multiply(x, R.const(8.0, "float32"))' not in text[m], m
-    assert text["max"] == graph.quantize(mod, params, calibration=xs)["main"].script()     # the default
+    assert text["percentile"] == graph.quantize(mod, params, calibration=xs)["main"].script()     # the default
     assert text["percentile"] == graph.quantize(mod, params, calibration=xs, percentile=99.99)["main"].script()
+    assert text["percentile"] != graph.quantize(mod, params, calibration=xs, percentile=99.0)["main"].script()
+    with pytest.raises(graph.QuantizationError, match="percentile=99.0 is for calibrate='percentile', not "
+                       "calibrate='max'"):
+        graph.quantize(mod, params, calibration=xs, calibrate="max", percentile=99.0)
     with pytest.raises(graph.QuantizationError, match="calibrate='median': choose one of 'max', 'percentile'"):
         graph.quantize(mod, params, calibration=xs, calibrate="median")
     with pytest.raises(graph.QuantizationError, match="percentile must be in"):

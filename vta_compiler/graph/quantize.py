@@ -570,7 +570,7 @@ class _Emitter:
 
 def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None = None, *,
              global_scale: float | None = None, skip_layers: Sequence = (), per_channel: bool = True,
-             percentile: float | None = None, calibrate: str = "max", depthwise_channels: bool = True,
+             percentile: float | None = None, calibrate: str = "percentile", depthwise_channels: bool = True,
              bias_correction: bool = False, float_budget: float | None = None, eval_data: Iterable | None = None,
              metric=None, qdq_scales: str = "exact", requant: str | None = None,
              int8_activations: bool | None = None) -> tvm.IRModule:
@@ -581,9 +581,11 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     ``global_scale=8.0``: every activation in [-8, 8]. ``skip_layers``: conv2d/conv2d_transpose/dense layers
     (index in graph order, or name ``conv2d_<k>``/``conv2d_transpose_<k>``/``dense_<k>``) kept in float on
     the CPU. ``per_channel``: one weight scale per output channel. ``calibrate``: how a tensor's scale
-    follows from the calibration data, one of ``"max"`` (nothing clips), ``"percentile"`` (the
-    ``percentile`` of magnitudes, 99.99 by default), ``"mse"`` or ``"entropy"`` (see ``graph.calibrate``);
-    ``percentile=`` alone keeps the old meaning (``calibrate="percentile"``). ``depthwise_channels``: the
+    follows from the calibration data, one of ``"percentile"`` (the default: the ``percentile`` of magnitudes,
+    99.99 by default, so that a few outliers clip and the rest keep their resolution), ``"max"`` (nothing
+    clips), ``"mse"`` or ``"entropy"`` (see ``graph.calibrate``). On the zoo's real models the percentile is
+    as accurate as the maximum or better: PP-OCR's recogniser reads 98% of the bench's lines as float does
+    with it, 81% with the maximum. ``depthwise_channels``: the
     tensors on the way to a depthwise layer (its input, and the output of the layer before it when only
     channel-wise float operators such as hard-swish lie between) get one scale per channel, folded into the
     depthwise weights and shifts (see ``channel_scaled``).
@@ -655,8 +657,9 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
     if percentile is not None:
         if not (isinstance(percentile, (int, float, np.floating)) and 0 < percentile <= 100):
             raise QuantizationError(f"percentile must be in (0, 100], got {percentile!r}")
-        if calibrate == "max":
-            calibrate = "percentile"
+        if calibrate != "percentile":
+            raise QuantizationError(f"percentile={percentile!r} is for calibrate='percentile', not "
+                                    f"calibrate={calibrate!r}")
     skip = _skipped(g, skip_layers)
     if calibration is None and global_scale is None:          # a QDQ model: its own exponents only
         if bias_correction:
