@@ -74,7 +74,8 @@ def bench(session: nox.Session) -> None:
 @nox.session
 def slow(session: nox.Session) -> None:
     """The tests too slow for the default suite: whole board tops through yosys with the timing check, the
-    FST waveform build (about 30 minutes)."""
+    FST waveform build, the zoo's nudenet and silero-vad, the recogniser at the bench's width, the 16-entry
+    micro-op buffer on tsim (about 35 minutes)."""
     _install(session)
     session.run("pytest", "-q", "-m", "slow", *session.posargs, env={"VTA_SLOW": "1"})
 

@@ -115,7 +115,7 @@ def model_row(name: str, quick: bool, tsim: bool) -> dict:
         ex.jit()
         row["build_s"] = time.perf_counter() - t0
         stage = "run"
-        n = 4 if quick else 16
+        n = 4 if quick else m.bench_samples
         s = m.samples(n, seed=0, size=size)
         cpu = relax.VirtualMachine(tvm.compile(qmod, "llvm"), tvm.cpu())     # as the host code is built: -O3
         dev = FsimDevice()

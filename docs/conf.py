@@ -71,6 +71,9 @@ sphinx_gallery_conf = {
     "show_memory": False,
     "remove_config_comments": True,
     "default_thumb_file": str(HERE / "_static" / "vta_thumb.png"),
+    # the quick build (the test suite's) runs a subsection's tutorials two at a time; the full build one at a
+    # time, so that the times its tutorials print are not shared with another
+    "parallel": 2 if FAST else False,
 }
 
 # -- HTML ---------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from sim import fuzz  # noqa: E402
 
 @pytest.mark.parametrize("name", sorted(fuzz.configs()))
 def test_fixed_seed_batch(name):
-    failures = fuzz.fuzz(150, seed=20240, names=[name], quiet=True, jobs=2)
+    failures = fuzz.fuzz(100, seed=20240, names=[name], quiet=True, jobs=2)
     assert not failures, "\n".join(f"seed {p.seed}: {'; '.join(pr)}" for p, pr in failures)
 
 

@@ -173,6 +173,7 @@ class ZooModel:
     finisher: Callable[[ZooModel, list, dict, str], list] | None = None   # CPU part after the compiled one
     builder: Callable[[ZooModel], Any] | None = None      # models made at run time (skl2onnx's MLP)
     notes: str = ""
+    bench_samples: int = 16       # the bench's samples for the float / int8 metric
 
     # ---- the file
     def path(self) -> Path:
@@ -561,13 +562,13 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in [
              "PaddlePaddle", "Apache-2.0", "top-1 accuracy",
              {s: _shape(x=[1, 3, *_CLS[s]]) for s in _CLS},
              lambda m, n, rng, size: _line_samples(m, n, rng, size, _CLS, True), _score_cls,
-             notes="rendered text lines, half of them turned 180 degrees"),
+             notes="rendered text lines, half of them turned 180 degrees", bench_samples=64),
     ZooModel("ppocr_rec", "PP-OCRv4 text recogniser (SVTR-LCNet): 6625-way CTC over the line",
              "rapidocr-onnxruntime", "rapidocr_onnxruntime", "models/ch_PP-OCRv4_rec_infer.onnx", "Paddle2ONNX",
              "Apache-2.0", "text lines read exactly",
              {s: _shape(x=[1, 3, *_REC[s]]) for s in _REC},
              lambda m, n, rng, size: _line_samples(m, n, rng, size, _REC, False), _score_rec,
-             notes="rendered text lines and their text"),
+             notes="rendered text lines and their text", bench_samples=64),
     ZooModel("sklearn_mlp", "scikit-learn MLPClassifier (64 hidden units) on the digits, as skl2onnx exports it",
              "skl2onnx", "skl2onnx", "", "skl2onnx", "Apache-2.0 (BSD-3 data)", "top-1 accuracy",
              {s: {"shape_dict": {"X": [_MLP_BATCH[s], 64]}, "outputs": _mlp_outputs} for s in _MLP_BATCH},
