@@ -211,3 +211,35 @@ def test_depthwise_input_scales_per_channel_win():
         text = graph.quantize(mod, params, calibration=cal, int8_activations=True,
                               depthwise_channels=channels)["main"].script()
         assert ("_gate_in" in text) == int8, channels
+
+
+def test_an_activation_a_float_operator_reads_stays_float():
+    """A hard-swish whose output a float operator reads (PP-OCRv4's learnable affine, ``x * a + b``, before the next
+    convolution) stays float with int8_activations: its int8 output would be rounded twice, once by the
+    activation and once at the next layer's input, which cost the recogniser 19 points of lines read. Without the
+    affine (the negative control) the same hard-swish is int8, and so is one that ends the network."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), n)
+             for n, s in (("w0", (C, 3, 3, 3)), ("b0", (C,)), ("w1", (C, C, 1, 1)), ("b1", (C,)))]
+    inits += [numpy_helper.from_array(np.float32(v), n) for n, v in (("scale", 1.3), ("shift", -0.2))]
+
+    def model(affine: bool, tail: bool):
+        nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1] * 4),
+                 helper.make_node("HardSwish", ["c0"], ["hs"])]
+        src = "hs"
+        if affine:
+            nodes += [helper.make_node("Mul", ["hs", "scale"], ["ms"]),
+                      helper.make_node("Add", ["ms", "shift"], ["af"])]
+            src = "af"
+        if tail:
+            nodes.append(helper.make_node("Conv", [src, "w1", "b1"], ["y"]))
+        else:
+            nodes[-1].output[0] = "y"
+        g = helper.make_graph(nodes, "affine", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, H, W])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, H, W])], inits)
+        return graph.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]))
+    cal = [_data(s) for s in range(2)]
+    for affine, tail, int8 in ((True, True, False), (False, True, True), (False, False, True)):
+        mod, params = model(affine, tail)
+        text = graph.quantize(mod, params, calibration=cal, int8_activations=True)["main"].script()
+        assert ("_gate_in" in text) == int8, (affine, tail)

@@ -641,7 +641,7 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
         g = prepare(mod, params)
         if requant is None:
             requant = auto_requant(g)
-        acts = find_int8_activations(g, _skipped(g, skip_layers)) if int8_activations else {}
+        acts = find_int8_activations(g, _skipped(g, skip_layers), _int_capable) if int8_activations else {}
         if acts and depthwise_channels:       # per-channel scales of a depthwise input win: such activations stay float
             per_channel_nodes = set(channel_scaled(g, _skipped(g, skip_layers)))
             acts = {k: a for k, a in acts.items() if not any(id(m) in per_channel_nodes for m in a.nodes + a.inputs)}
