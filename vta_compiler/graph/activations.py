@@ -170,8 +170,8 @@ class _Finder:
         return a, b
 
 
-def find_int8_activations(g: Graph, skip: set[int] | frozenset = frozenset(),
-                          reads_int8=None) -> dict[int, Int8Activation]:
+def find_int8_activations(g: Graph, skip: set[int] | frozenset = frozenset(), reads_int8=None,
+                          exclude: set[int] | frozenset = frozenset()) -> dict[int, Int8Activation]:
     """The activations of a prepared float graph that quantize can keep in int8, by the id of their output node.
     Each input must be int8 already: a quantized layer's output (not one of ``skip``, the layers kept in float) or
     another such activation's; one that reads a float operator's output stays float (quantizing that output
@@ -179,7 +179,9 @@ def find_int8_activations(g: Graph, skip: set[int] | frozenset = frozenset(),
     int8: a quantized layer, another such activation, a host operator for which ``reads_int8(node)`` is true (the
     quantizer's operators on int8 values) or the network's output (dequantized as a layer's is). An activation
     that a float operator reads stays float: PP-OCRv4's recogniser scales every hard-swish by a learnable affine
-    in float, and rounding each one's output to int8 cost it 19 points of lines read."""
+    in float, and rounding each one's output to int8 cost it 19 points of lines read. An activation with a node or
+    an input in ``exclude`` (ids: the quantizer's per-channel tensors) stays float, and its neighbours with it as
+    these rules say."""
     f = _Finder(g)
     found: dict[int, Int8Activation] = {}
     taken: set[int] = set()
@@ -200,7 +202,7 @@ def find_int8_activations(g: Graph, skip: set[int] | frozenset = frozenset(),
         if got is not None and id(n) not in taken:
             add(Int8Activation("multiply", list(got), [n]))
     users = g.users()
-    out = dict(found)
+    out = {k: a for k, a in found.items() if not any(id(m) in exclude for m in a.nodes + a.inputs)}
     while True:     # until stable: dropping one activation can leave a neighbour reading or feeding float
         kept: dict[int, Int8Activation] = {}
         for n in g.nodes:       # in graph order: an activation's int8 input may be an earlier activation's output
@@ -208,7 +210,6 @@ def find_int8_activations(g: Graph, skip: set[int] | frozenset = frozenset(),
             if act is not None and all((a.op in LAYERS and id(a) not in skip) or id(a) in kept for a in act.inputs):
                 kept[id(n)] = act
         readers = {id(m) for a in kept.values() for m in a.nodes}
-
         kept = {k: a for k, a in kept.items() if all(_reads_int8(u, skip, readers, reads_int8) for u in users[k])}
         if kept.keys() == out.keys():
             return kept

@@ -641,10 +641,10 @@ def quantize(mod: tvm.IRModule, params: Any = None, calibration: Iterable | None
         g = prepare(mod, params)
         if requant is None:
             requant = auto_requant(g)
-        acts = find_int8_activations(g, _skipped(g, skip_layers), _int_capable) if int8_activations else {}
-        if acts and depthwise_channels:       # per-channel scales of a depthwise input win: such activations stay float
-            per_channel_nodes = set(channel_scaled(g, _skipped(g, skip_layers)))
-            acts = {k: a for k, a in acts.items() if not any(id(m) in per_channel_nodes for m in a.nodes + a.inputs)}
+        acts = {}
+        if int8_activations:      # per-channel scales of a depthwise input win: such activations stay float
+            per_channel_nodes = set(channel_scaled(g, _skipped(g, skip_layers))) if depthwise_channels else set()
+            acts = find_int8_activations(g, _skipped(g, skip_layers), _int_capable, per_channel_nodes)
         fixed = qdq.exponents(g, qdq_scales, any_scale_nodes(g, skip_layers, depthwise_channels, chain_nodes(acts))
                               if requant == "multiply" else frozenset())
     except qdq.QdqError as exc:
