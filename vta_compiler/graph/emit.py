@@ -13,7 +13,7 @@ from tvm import relax
 from ..environment import Environment
 from .ir import Const, Graph, Node, const
 from .kernels import KernelCache, KernelKey
-from .layout import POOLS, VIEWS, nearest_factor, packable, packed_shape
+from .layout import ELEMENTWISE, POOLS, VIEWS, nearest_factor, packable, packed_shape
 from .legalize import VtaLayer, channel_vector
 from .report import host_row, vta_row
 
@@ -41,6 +41,29 @@ class Packer:
         self.packed_as: dict[int, tuple[int, ...]] = {}    # a packed tensor that is a reshape of its node
         self.rows: list[dict] = []
         self.layout_changes = {"packed": 0, "unpacked": 0}     # plain -> packed, packed -> plain
+        self.unpack_early = self._unpack_early()
+
+    def _unpack_early(self) -> set[int]:
+        """Element-wise host ops to run on the plain form although their input is packed: those that no VTA layer
+        or other packed op reads (transitively), on a tensor whose channel padding at least doubles it (a
+        detector's one-channel probability map is 16 lanes per pixel packed). Unpacking their input, instead of
+        their output, is the same one layout change, and the op then computes only the real channels."""
+        users = self.g.users()
+        bl = self.env.BLOCK_OUT
+        wanted: set[int] = set()        # a reader needs, or can use, the packed form
+        early: set[int] = set()
+        for n in reversed(self.g.nodes):
+            for r in users.get(id(n), []):
+                if r is None:
+                    continue
+                if id(r) in self.layers or id(r) in self.inner or \
+                        (packable(r, self.env) and (r.op not in ELEMENTWISE or id(r) in wanted)):
+                    wanted.add(id(n))
+                    break
+            if n.op in ELEMENTWISE and id(n) not in wanted and len(n.shape) in (2, 4) and \
+                    _ceil(n.shape[1], bl) >= 2 * n.shape[1]:
+                early.add(id(n))
+        return early
 
     def emit(self, expr, name: str | None = None):
         return self.bb.emit(expr, name_hint=name) if name else self.bb.emit(expr)
@@ -196,7 +219,8 @@ class Packer:
                     if id(n) in self.layers:
                         self.vta_layer(self.layers[id(n)])
                     else:
-                        self.host(n, packable(n, self.env) and any(id(a) in self.packed for a in n.inputs))
+                        self.host(n, packable(n, self.env) and any(id(a) in self.packed for a in n.inputs)
+                              and id(n) not in self.unpack_early)
                 outs = [self.get_plain(o) for o in g.outputs]
                 out = self.bb.emit_output(relax.Tuple(outs) if getattr(g, "tuple_output", False) else outs[0])
             self.bb.emit_func_output(out)
