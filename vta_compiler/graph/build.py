@@ -14,7 +14,10 @@ pipeline and every other PrimFunc through the default one.
 The host code's Relax pipeline is TVM's default one with operator fusion added after legalization
 (``FuseOps``/``FuseTIR``, which ``tvm.compile``'s default pipeline on the CPU leaves out): a chain of
 element-wise host operators (a hard-swish with its requantization, a layout change with the ops around it)
-becomes one compiled function with one output allocation instead of one per operator. Each fused operator
+becomes one compiled function with one output allocation instead of one per operator; where each of its values
+is a function of one int8 value through a libm call or a division (a SiLU or hard-swish with its dequantization
+and requantization), its 256 possible results are computed first, by the same expression, and then looked up
+(``_lookup_table``). Each fused operator
 computes what it computed alone, in the same order and type, so results stay equal bit for bit to the
 quantized module's CPU build (``tvm.compile(qmod, "llvm")``, one function per operator), which the tests
 check on every network; with one exception, which decides: TVM's LLVM back end contracts a multiply and
@@ -30,12 +33,15 @@ allocator of each device recycles the buffers instead.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import tempfile
 
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
+from tvm.ir import TensorLoad
 
 from ..build_module import PIPELINE, _host_mismatch, build_config
 from ..environment import SIMULATED_TARGETS, TARGET_HOSTS, Environment, get_env
@@ -190,12 +196,93 @@ def _inline_producers(func: tirx.PrimFunc) -> tirx.PrimFunc:
     return sch.mod["main"]
 
 
+#: calls that make a value worth a table: a libm call or a division per value costs more than one table load
+_COSTLY_OPS = ("tirx.exp", "tirx.sigmoid", "tirx.tanh", "tirx.erf", "tirx.log", "tirx.sqrt", "tirx.rsqrt", "tirx.pow",
+               "tirx.exp2", "tirx.log1p")
+#: a table (256 values) pays for itself on tensors of at least this many values
+LOOKUP_MIN_VALUES = 4096
+
+
+def _costly(expr) -> bool:
+    found = []
+
+    def visit(e):
+        if isinstance(e, tirx.Div) or (isinstance(e, tvm.ir.Call) and isinstance(e.op, tvm.ir.Op)
+                                       and e.op.name in _COSTLY_OPS):
+            found.append(e)
+        return e
+    tvm_ffi.structural_map(expr, visit)
+    return bool(found)
+
+
+def _lookup_table(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """A fused element-wise function whose every value is a function of one int8 (or uint8) value, computed
+    through a libm call or a division (a dequantized sigmoid, SiLU or hard-swish and its requantization), with
+    its 256 possible results computed first into a table and each value then read from it. The table is filled
+    by the function's own expression, so every value is what the expression gives, bit for bit."""
+    from tvm import s_tir
+    root = func.body.block if isinstance(func.body, s_tir.SBlockRealize) else None
+    if root is None or root.init is not None:
+        return func
+    loops, node = [], root.body
+    while isinstance(node, tirx.For):
+        loops.append(node)
+        node = node.body
+    if not loops or not isinstance(node, s_tir.SBlockRealize):
+        return func
+    block = node.block
+    store = block.body
+    if block.init is not None or not isinstance(store, tirx.BufferStore):
+        return func
+    if math.prod(int(f.extent) for f in loops) < LOOKUP_MIN_VALUES or not _costly(store.value):
+        return func
+    loads = []
+
+    def collect(e):
+        if isinstance(e, TensorLoad):
+            loads.append(e)
+        return e
+    tvm_ffi.structural_map(store.value, collect)
+    if not loads:
+        return func
+    x = loads[0]
+    if str(x.ty) not in ("int8", "uint8") or any(
+            not (a.source.same_as(x.source) and tvm_ffi.structural_equal(a.indices, x.indices)) for a in loads[1:]):
+        return func
+    dtype = str(x.ty)
+    offset = 128 if dtype == "int8" else 0
+    i64 = "int64"
+    lut = tirx.decl_buffer([tirx.IntImm(i64, 256)], str(store.value.ty), name=f"{block.name_hint}_table")
+    i = tirx.Var("i", i64)
+    vi = tirx.Var("vi", i64)
+    code = tirx.Cast(dtype, vi - tirx.IntImm(i64, offset))
+
+    def at(e, rep):
+        return tvm_ffi.structural_map(e, (TensorLoad, lambda a: rep if a.source.same_as(x.source) else a))
+    table_block = s_tir.SBlock([tirx.IterVar(tvm.ir.Range(0, tirx.IntImm(i64, 256)), vi, tirx.IterVar.DataPar)], [],
+                               [tirx.BufferRegion(lut, [tvm.ir.Range.from_min_extent(vi, 1)])],
+                               f"{block.name_hint}_table", tirx.BufferStore(lut, at(store.value, code), [vi]))
+    fill = tirx.For(i, tirx.IntImm(i64, 0), tirx.IntImm(i64, 256), tirx.ForKind.SERIAL,
+                    s_tir.SBlockRealize([i], True, table_block))
+    index = tirx.Cast(i64, x) + tirx.IntImm(i64, offset)
+    new_store = tirx.BufferStore(store.buffer, tirx.BufferLoad(lut, [index]), store.indices)
+    reads = [*block.reads, tirx.BufferRegion(lut, [tvm.ir.Range(0, tirx.IntImm(i64, 256))])]
+    new_block = s_tir.SBlock(block.iter_vars, reads, block.writes, block.name_hint, new_store, None,
+                             block.alloc_buffers, block.match_buffers, block.annotations)
+    nest = s_tir.SBlockRealize(node.iter_values, node.predicate, new_block)
+    for f in reversed(loops):
+        nest = tirx.For(f.loop_var, f.min, f.extent, f.kind, nest, f.thread_binding, f.annotations)
+    new_root = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, tirx.SeqStmt([fill, nest]), None,
+                            [*root.alloc_buffers, lut], root.match_buffers, root.annotations)
+    return func.with_body(s_tir.SBlockRealize(func.body.iter_values, func.body.predicate, new_root))
+
+
 def _inline():
     @tvm.transform.module_pass(opt_level=0, name="vta.graph.InlineFusedProducers")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         for gv, f in list(mod.functions.items()):
             if isinstance(f, tirx.PrimFunc) and gv.name_hint.startswith("fused_") and not is_vta_kernel(f):
-                mod[gv] = _inline_producers(f)
+                mod[gv] = _lookup_table(_inline_producers(f))
         return mod
     return _pass
 
