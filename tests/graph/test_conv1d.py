@@ -83,3 +83,34 @@ def test_conv1d_as_conv2d_computes_what_onnxruntime_does():
         sess = ort.InferenceSession(conv1d_model(seed).SerializeToString(), providers=["CPUExecutionProvider"])
         ref = sess.run(None, {"x": x})[0]
         assert (np.corrcoef(got.reshape(-1), ref.reshape(-1))[0, 1] > 0.999) == same, seed
+
+
+def test_a_bias_after_a_one_wide_convolutions_squeeze_folds_into_the_layer(fsim):
+    """magika's form: Conv with a (5, 1) kernel on (N, C, L, 1), Slice [:, :, :, 0:1] (a copy), Squeeze of the last
+    axis, then the bias Add on (N, O, L) and a GELU. The slice goes, the add folds into the layer's bias (it ran in
+    float on the host), and VTA equals the CPU int8 run."""
+    rng = np.random.default_rng(3)
+    w = rng.normal(0, 0.15, (24, 8, 5, 1)).astype(np.float32)
+    b = rng.normal(0.2, 0.3, (24, 1)).astype(np.float32)
+    consts = {"w": w, "b": b, "st": np.array([0], np.int64), "en": np.array([1], np.int64),
+              "ax": np.array([3], np.int64), "sq": np.array([3], np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[5, 1]),
+             helper.make_node("Slice", ["c", "st", "en", "ax"], ["s"]),
+             helper.make_node("Squeeze", ["s", "sq"], ["q"]),
+             helper.make_node("Add", ["q", "b"], ["a"]),
+             helper.make_node("Sigmoid", ["a"], ["g"]), helper.make_node("Mul", ["a", "g"], ["y"])]
+    g = helper.make_graph(nodes, "wide1", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 40, 1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    mod, params = graph.from_onnx(model)
+    xs = [rng.normal(0, 1, (1, 8, 40, 1)).astype(np.float32) for _ in range(3)]
+    qmod = graph.quantize(mod, params, calibration=xs[:2])
+    pl = graph.placement(graph.graph_pack(qmod))
+    assert not [r for r in pl.rows if r["op"] in ("add", "strided_slice")], [(r["op"], r["device"]) for r in pl.rows]
+    want, got = run_cpu(qmod, xs[2])[0], run_vta(graph.build(graph.graph_pack(qmod)), xs[2])[0]
+    np.testing.assert_array_equal(got, want)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": xs[2]})[0]
+    assert got.shape == ref.shape == (1, 24, 36)
+    assert np.corrcoef(got.ravel(), ref.ravel())[0, 1] > 0.99

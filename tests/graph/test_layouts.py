@@ -99,11 +99,22 @@ def test_a_padded_output_map_is_unpacked_before_its_activation(fsim):
     assert 0.1 < float(np.std(want)) and np.array_equal(got, want)
 
 
-def test_an_unpadded_or_vta_read_activation_stays_packed(fsim):
-    """Negative controls: 16 channels have no padding, and an activation a VTA layer reads stays packed however
-    padded it is (unpacking it would cost two layout changes)."""
-    _, pmod, _ = _map_network(16, then_conv=False)
-    assert _after_last_layer(graph.placement(pmod)).get("sigmoid") == "packed"
+def test_an_unpadded_map_is_unpacked_as_int8_before_its_dequantization(fsim):
+    """16 channels have no padding, but the dequantization widens int8 to float32: the layout change copies the
+    int8 tensor, a quarter of the bytes."""
+    qmod, pmod, x = _map_network(16, then_conv=False)
+    pl = graph.placement(pmod)
+    after = _after_last_layer(pl)
+    assert set(after.values()) == {"plain"}, after
+    assert pl.layout_changes == {"packed": 1, "unpacked": 1}
+    unpack = [line for line in pmod["main"].script().splitlines() if "R.to_vdevice(" in line and "llvm" in line]
+    assert len(unpack) == 1 and '"int8"' in unpack[0], unpack
+    np.testing.assert_array_equal(run_vta(graph.build(pmod), x)[0], run_cpu(qmod, x)[0])
+
+
+def test_an_activation_a_vta_layer_reads_stays_packed(fsim):
+    """Negative control: an activation a VTA layer reads stays packed however padded it is (unpacking it would
+    cost two layout changes)."""
     qmod, pmod, x = _map_network(2, then_conv=True)
     pl = graph.placement(pmod)
     sig = next(r for r in pl.rows if r["op"] == "sigmoid")

@@ -215,11 +215,37 @@ def _costly(expr) -> bool:
     return bool(found)
 
 
+def _one_int8_value(expr):
+    """The int8 (or uint8) load that ``expr`` is a function of, if it reads one value and nothing else (every load
+    the same element, no loop variable outside it), else None."""
+    loads = []
+
+    def collect(e):
+        if isinstance(e, TensorLoad):
+            loads.append(e)
+            return tirx.const(0, str(e.ty))     # the load's indices are not free variables of expr
+        return e
+    rest = tvm_ffi.structural_map(expr, collect, order="pre")
+    if not loads or str(loads[0].ty) not in ("int8", "uint8"):
+        return None
+    x = loads[0]
+    if any(not (a.source.same_as(x.source) and tvm_ffi.structural_equal(a.indices, x.indices)) for a in loads[1:]):
+        return None
+    free = []
+
+    def variables(e):
+        if isinstance(e, tirx.Var):
+            free.append(e)
+        return e
+    tvm_ffi.structural_map(rest, variables)
+    return None if free else x
+
+
 def _lookup_table(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """A fused element-wise function whose every value is a function of one int8 (or uint8) value, computed
-    through a libm call or a division (a dequantized sigmoid, SiLU or hard-swish and its requantization), with
-    its 256 possible results computed first into a table and each value then read from it. The table is filled
-    by the function's own expression, so every value is what the expression gives, bit for bit."""
+    """A fused host function one loop nest computes, with each of its costly parts that is a function of one int8
+    (or uint8) value (through a libm call or a division: a dequantized sigmoid, SiLU, hard-swish or GELU, with its
+    requantization) read from a table of its 256 possible results, computed first by the same expression: every
+    value is what the expression gives, bit for bit. A reduction keeps its order and reads the table inside."""
     from tvm import s_tir
     root = func.body.block if isinstance(func.body, s_tir.SBlockRealize) else None
     if root is None or root.init is not None:
@@ -228,52 +254,50 @@ def _lookup_table(func: tirx.PrimFunc) -> tirx.PrimFunc:
     while isinstance(node, tirx.For):
         loops.append(node)
         node = node.body
-    if not loops or not isinstance(node, s_tir.SBlockRealize):
+    if not loops or not isinstance(node, s_tir.SBlockRealize) or \
+            not all(isinstance(f.extent, tirx.IntImm) for f in loops) or \
+            math.prod(int(f.extent) for f in loops) < LOOKUP_MIN_VALUES:
         return func
     block = node.block
     store = block.body
-    if block.init is not None or not isinstance(store, tirx.BufferStore):
+    if not isinstance(store, tirx.BufferStore):
         return func
-    if math.prod(int(f.extent) for f in loops) < LOOKUP_MIN_VALUES or not _costly(store.value):
-        return func
-    loads = []
-
-    def collect(e):
-        if isinstance(e, TensorLoad):
-            loads.append(e)
-        return e
-    tvm_ffi.structural_map(store.value, collect)
-    if not loads:
-        return func
-    x = loads[0]
-    if str(x.ty) not in ("int8", "uint8") or any(
-            not (a.source.same_as(x.source) and tvm_ffi.structural_equal(a.indices, x.indices)) for a in loads[1:]):
-        return func
-    dtype = str(x.ty)
-    offset = 128 if dtype == "int8" else 0
     i64 = "int64"
-    lut = tirx.decl_buffer([tirx.IntImm(i64, 256)], str(store.value.ty), name=f"{block.name_hint}_table")
-    i = tirx.Var("i", i64)
-    vi = tirx.Var("vi", i64)
-    code = tirx.Cast(dtype, vi - tirx.IntImm(i64, offset))
+    tables, fills = [], []
 
-    def at(e, rep):
-        return tvm_ffi.structural_map(e, (TensorLoad, lambda a: rep if a.source.same_as(x.source) else a))
-    table_block = s_tir.SBlock([tirx.IterVar(tvm.ir.Range(0, tirx.IntImm(i64, 256)), vi, tirx.IterVar.DataPar)], [],
-                               [tirx.BufferRegion(lut, [tvm.ir.Range.from_min_extent(vi, 1)])],
-                               f"{block.name_hint}_table", tirx.BufferStore(lut, at(store.value, code), [vi]))
-    fill = tirx.For(i, tirx.IntImm(i64, 0), tirx.IntImm(i64, 256), tirx.ForKind.SERIAL,
-                    s_tir.SBlockRealize([i], True, table_block))
-    index = tirx.Cast(i64, x) + tirx.IntImm(i64, offset)
-    new_store = tirx.BufferStore(store.buffer, tirx.BufferLoad(lut, [index]), store.indices)
-    reads = [*block.reads, tirx.BufferRegion(lut, [tvm.ir.Range(0, tirx.IntImm(i64, 256))])]
-    new_block = s_tir.SBlock(block.iter_vars, reads, block.writes, block.name_hint, new_store, None,
+    def table_for(e):
+        if isinstance(e, (TensorLoad, tirx.Var, tirx.IntImm, tirx.FloatImm)) or not _costly(e):
+            return e
+        x = _one_int8_value(e)
+        if x is None:
+            return e
+        dtype = str(x.ty)
+        offset = 128 if dtype == "int8" else 0
+        lut = tirx.decl_buffer([tirx.IntImm(i64, 256)], str(e.ty), name=f"{block.name_hint}_table{len(tables)}")
+        i, vi = tirx.Var("i", i64), tirx.Var("vi", i64)
+        code = tirx.Cast(dtype, vi - tirx.IntImm(i64, offset))
+        value = tvm_ffi.structural_map(e, (TensorLoad, lambda a: code if a.source.same_as(x.source) else a),
+                                       order="pre")
+        fill = s_tir.SBlock([tirx.IterVar(tvm.ir.Range(0, tirx.IntImm(i64, 256)), vi, tirx.IterVar.DataPar)], [],
+                            [tirx.BufferRegion(lut, [tvm.ir.Range.from_min_extent(vi, 1)])], lut.name,
+                            tirx.BufferStore(lut, value, [vi]))
+        fills.append(tirx.For(i, tirx.IntImm(i64, 0), tirx.IntImm(i64, 256), tirx.ForKind.SERIAL,
+                              s_tir.SBlockRealize([i], True, fill)))
+        tables.append(lut)
+        return tirx.BufferLoad(lut, [tirx.Cast(i64, x) + tirx.IntImm(i64, offset)])
+
+    value = tvm_ffi.structural_map(store.value, (tvm.ir.expr.Expr, table_for), order="pre")
+    if not tables:
+        return func
+    reads = [*block.reads, *[tirx.BufferRegion(t, [tvm.ir.Range(0, tirx.IntImm(i64, 256))]) for t in tables]]
+    new_block = s_tir.SBlock(block.iter_vars, reads, block.writes, block.name_hint,
+                             tirx.BufferStore(store.buffer, value, store.indices), block.init,
                              block.alloc_buffers, block.match_buffers, block.annotations)
     nest = s_tir.SBlockRealize(node.iter_values, node.predicate, new_block)
     for f in reversed(loops):
         nest = tirx.For(f.loop_var, f.min, f.extent, f.kind, nest, f.thread_binding, f.annotations)
-    new_root = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, tirx.SeqStmt([fill, nest]), None,
-                            [*root.alloc_buffers, lut], root.match_buffers, root.annotations)
+    new_root = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, tirx.SeqStmt([*fills, nest]),
+                            None, [*root.alloc_buffers, *tables], root.match_buffers, root.annotations)
     return func.with_body(s_tir.SBlockRealize(func.body.iter_values, func.body.predicate, new_root))
 
 

@@ -8,7 +8,9 @@ two views) into ``conv2d`` / ``conv2d_transpose`` / ``dense`` nodes (named
 what follows them while it is per-output-channel arithmetic with a constant and the layer is its
 only reader: ``+ c``, ``- c``, ``* c``, ``/ c`` (batch norm after ``DecomposeOpsForInference``, a
 bias add) and a final ``relu`` or ``clip`` (the layer's ``act``), then a multiply or divide by a
-positive scalar (which scales the layer and its clip: PyTorch's hard-sigmoid ``relu6(x + 3) / 6``).
+positive scalar (which scales the layer and its clip: PyTorch's hard-sigmoid ``relu6(x + 3) / 6``). Such
+arithmetic after a view that drops a unit axis of a conv2d's output (a 1-D convolution's ``(N, O, L)``) folds
+too, and a ``strided_slice`` that copies its input whole goes first.
 
 Weights keep their operator's layout: OIHW (``conv2d``, ``I`` = input channels per group), IOHW
 (``conv2d_transpose``: ``(CI, CO/groups, KH, KW)``, the output channel axis is 1) and OI (``dense``).
@@ -20,6 +22,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import tvm
 from tvm import relax
 
 from .ir import TUPLE_ITEM, Const, Graph, GraphError, Node
@@ -183,7 +186,7 @@ def _unflattens(view: Node, layer: Node) -> bool:
     """Whether ``view`` reshapes a dense layer's (rows, N) output to (..., N): the rows of a sequence again (as
     ``_flat_dense_from`` and TVM's importer write a rank-3 matmul); or a conv2d's (N, O, 1, W) output to the
     (N, O, W) of the 1-D convolution it was (``_conv1d_from``)."""
-    if view.op != "relax.reshape":
+    if view.op not in ("relax.reshape", "relax.squeeze"):
         return False
     if layer.op == "conv2d":
         return _is_row_view(view, layer)
@@ -191,9 +194,20 @@ def _unflattens(view: Node, layer: Node) -> bool:
         view.shape[-1] == layer.shape[1] and int(np.prod(view.shape[:-1])) == layer.shape[0]
 
 
-def _is_row_view(view: Node, layer: Node) -> bool:
+def _unit_axis(view: Node, layer: Node) -> int | None:
+    """The axis of height (2) or width (3) one that ``view`` drops from a conv2d's (N, O, H, W) output, giving the
+    (N, O, L) of a 1-D convolution (``_conv1d_from``, or an exported convolution with a kernel one wide)."""
     s = tuple(layer.shape)
-    return len(s) == 4 and s[2] == 1 and tuple(view.shape) == (s[0], s[1], s[3])
+    if len(s) != 4:
+        return None
+    for axis in (2, 3):
+        if s[axis] == 1 and tuple(view.shape) == s[:axis] + s[axis + 1:]:
+            return axis
+    return None
+
+
+def _is_row_view(view: Node, layer: Node) -> bool:
+    return _unit_axis(view, layer) is not None
 
 
 def _on_rows(nxt: Node, unflat: Node, layer: Node) -> Node | None:
@@ -219,22 +233,38 @@ def _on_rows(nxt: Node, unflat: Node, layer: Node) -> Node | None:
 
 
 def _on_image(nxt: Node, row: Node, layer: Node) -> Node | None:
-    """``nxt`` (elementwise on the (N, O, W) view of a conv2d's (N, O, 1, W) output) as the same operator on the
-    layer's output, its constants given the image's axis of height 1."""
+    """``nxt`` (elementwise on the (N, O, L) view of a conv2d's (N, O, 1, L) or (N, O, L, 1) output) as the same
+    operator on the layer's output, its constants given the image's axis of size 1."""
     if tuple(nxt.shape) != tuple(row.shape):
         return None
+    axis = _unit_axis(row, layer)
     args = []
     for a in nxt.args:
         if a is row:
             args.append(layer)
         elif isinstance(a, Const) and a.value.ndim <= 3:
             v = a.value.reshape((1,) * (3 - a.value.ndim) + a.value.shape)
-            args.append(Const(v.reshape(v.shape[:2] + (1,) + v.shape[2:])))
+            args.append(Const(v.reshape(v.shape[:axis] + (1,) + v.shape[axis:])))
         elif isinstance(a, (Node, Const)):
             return None
         else:
             args.append(a)
     return Node(nxt.name, nxt.op, args, layer.shape, nxt.dtype, nxt.call)
+
+
+def _drop_identity_slices(g: Graph) -> None:
+    """A ``strided_slice`` with unit strides whose output is its input's shape copies its input (magika's
+    ``x[:, :, :, 0:1]`` of a convolution one wide): it goes, so what follows it can fold into the layer."""
+    for node in list(g.nodes):
+        if node.op != "relax.strided_slice" or not isinstance(node.args[0], Node) or \
+                tuple(node.args[0].shape) != tuple(node.shape):
+            continue
+        strides = node.call.args[4] if len(node.call.args) > 4 else None     # absent: unit strides
+        if strides is not None and not (isinstance(strides, relax.Tuple) and all(
+                isinstance(v, tvm.tirx.IntImm) and int(v) == 1 for v in strides.fields)):
+            continue
+        g.replace_uses(node, node.args[0])
+        g.nodes.remove(node)
 
 
 def _drop_round_trip_views(g: Graph) -> None:
@@ -365,6 +395,7 @@ def _fold_next(layer: Node, nxt: Node) -> bool:
 def canonicalize(g: Graph) -> Graph:
     """Replace constant-weight conv2d/conv2d_transpose/matmul (and what folds into them) by canonical layers."""
     fold_constants(g)
+    _drop_identity_slices(g)
     for node in list(g.nodes):
         new = None
         if node.op == "relax.nn.conv2d":

@@ -20,6 +20,10 @@ from .report import host_row, vta_row
 DEVICE_CONSTANT = "vta.runtime.DeviceConstant"
 
 
+def _itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
+
+
 def _ceil(n: int, k: int) -> int:
     return -(-n // k) * k
 
@@ -46,8 +50,9 @@ class Packer:
     def _unpack_early(self) -> set[int]:
         """Element-wise host ops to run on the plain form although their input is packed: those that no VTA layer
         or other packed op reads (transitively), on a tensor whose channel padding at least doubles it (a
-        detector's one-channel probability map is 16 lanes per pixel packed). Unpacking their input, instead of
-        their output, is the same one layout change, and the op then computes only the real channels."""
+        detector's one-channel probability map is 16 lanes per pixel packed), or a cast that widens (the
+        dequantization of an int8 layer output). Unpacking their input, instead of their output, is the same one
+        layout change, of fewer bytes, and the op then computes only the real channels."""
         users = self.g.users()
         bl = self.env.BLOCK_OUT
         wanted: set[int] = set()        # a reader needs, or can use, the packed form
@@ -60,8 +65,10 @@ class Packer:
                         (packable(r, self.env) and (r.op not in ELEMENTWISE or id(r) in wanted)):
                     wanted.add(id(n))
                     break
-            if n.op in ELEMENTWISE and id(n) not in wanted and len(n.shape) in (2, 4) and \
-                    _ceil(n.shape[1], bl) >= 2 * n.shape[1]:
+            if n.op not in ELEMENTWISE or id(n) in wanted or len(n.shape) not in (2, 4):
+                continue
+            widens = n.op == "relax.astype" and _itemsize(n.dtype) > _itemsize(n.inputs[0].dtype)
+            if widens or _ceil(n.shape[1], bl) >= 2 * n.shape[1]:
                 early.add(id(n))
         return early
 
