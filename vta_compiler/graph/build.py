@@ -14,10 +14,10 @@ pipeline and every other PrimFunc through the default one.
 The host code's Relax pipeline is TVM's default one with operator fusion added after legalization
 (``FuseOps``/``FuseTIR``, which ``tvm.compile``'s default pipeline on the CPU leaves out): a chain of
 element-wise host operators (a hard-swish with its requantization, a layout change with the ops around it)
-becomes one compiled function with one output allocation instead of one per operator; where each of its values
-is a function of one int8 value through a libm call or a division (a SiLU or hard-swish with its dequantization
-and requantization), its 256 possible results are computed first, by the same expression, and then looked up
-(``_lookup_table``). Each fused operator
+becomes one compiled function with one output allocation instead of one per operator; where a part of its
+expression is a function of one int8 value through a libm call or a division (a SiLU or hard-swish with its
+dequantization and requantization, a GELU under a max), that part's 256 possible results are computed first, by
+the same expression, and then looked up (``_lookup_table``). Each fused operator
 computes what it computed alone, in the same order and type, so results stay equal bit for bit to the
 quantized module's CPU build (``tvm.compile(qmod, "llvm")``, one function per operator), which the tests
 check on every network; with one exception, which decides: TVM's LLVM back end contracts a multiply and
