@@ -241,29 +241,24 @@ def _one_int8_value(expr):
     return None if free else x
 
 
-def _lookup_table(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """A fused host function one loop nest computes, with each of its costly parts that is a function of one int8
-    (or uint8) value (through a libm call or a division: a dequantized sigmoid, SiLU, hard-swish or GELU, with its
-    requantization) read from a table of its 256 possible results, computed first by the same expression: every
-    value is what the expression gives, bit for bit. A reduction keeps its order and reads the table inside."""
+def _tabled_nest(nest, tables: list, fills: list):
+    """One loop nest of a fused function with its costly one-int8-value parts read from tables (appended to
+    ``tables``, with the loops that fill them to ``fills``), or ``nest`` itself."""
     from tvm import s_tir
-    root = func.body.block if isinstance(func.body, s_tir.SBlockRealize) else None
-    if root is None or root.init is not None:
-        return func
-    loops, node = [], root.body
+    loops, node = [], nest
     while isinstance(node, tirx.For):
         loops.append(node)
         node = node.body
     if not loops or not isinstance(node, s_tir.SBlockRealize) or \
             not all(isinstance(f.extent, tirx.IntImm) for f in loops) or \
             math.prod(int(f.extent) for f in loops) < LOOKUP_MIN_VALUES:
-        return func
+        return nest
     block = node.block
     store = block.body
     if not isinstance(store, tirx.BufferStore):
-        return func
+        return nest
     i64 = "int64"
-    tables, fills = [], []
+    mine = []
 
     def table_for(e):
         if isinstance(e, (TensorLoad, tirx.Var, tirx.IntImm, tirx.FloatImm)) or not _costly(e):
@@ -273,7 +268,8 @@ def _lookup_table(func: tirx.PrimFunc) -> tirx.PrimFunc:
             return e
         dtype = str(x.ty)
         offset = 128 if dtype == "int8" else 0
-        lut = tirx.decl_buffer([tirx.IntImm(i64, 256)], str(e.ty), name=f"{block.name_hint}_table{len(tables)}")
+        lut = tirx.decl_buffer([tirx.IntImm(i64, 256)], str(e.ty),
+                               name=f"{block.name_hint}_table{len(tables) + len(mine)}")
         i, vi = tirx.Var("i", i64), tirx.Var("vi", i64)
         code = tirx.Cast(dtype, vi - tirx.IntImm(i64, offset))
         value = tvm_ffi.structural_map(e, (TensorLoad, lambda a: code if a.source.same_as(x.source) else a),
@@ -283,20 +279,39 @@ def _lookup_table(func: tirx.PrimFunc) -> tirx.PrimFunc:
                             tirx.BufferStore(lut, value, [vi]))
         fills.append(tirx.For(i, tirx.IntImm(i64, 0), tirx.IntImm(i64, 256), tirx.ForKind.SERIAL,
                               s_tir.SBlockRealize([i], True, fill)))
-        tables.append(lut)
+        mine.append(lut)
         return tirx.BufferLoad(lut, [tirx.Cast(i64, x) + tirx.IntImm(i64, offset)])
 
     value = tvm_ffi.structural_map(store.value, (tvm.ir.expr.Expr, table_for), order="pre")
-    if not tables:
-        return func
-    reads = [*block.reads, *[tirx.BufferRegion(t, [tvm.ir.Range(0, tirx.IntImm(i64, 256))]) for t in tables]]
+    if not mine:
+        return nest
+    tables.extend(mine)
+    reads = [*block.reads, *[tirx.BufferRegion(t, [tvm.ir.Range(0, tirx.IntImm(i64, 256))]) for t in mine]]
     new_block = s_tir.SBlock(block.iter_vars, reads, block.writes, block.name_hint,
                              tirx.BufferStore(store.buffer, value, store.indices), block.init,
                              block.alloc_buffers, block.match_buffers, block.annotations)
-    nest = s_tir.SBlockRealize(node.iter_values, node.predicate, new_block)
+    out = s_tir.SBlockRealize(node.iter_values, node.predicate, new_block)
     for f in reversed(loops):
-        nest = tirx.For(f.loop_var, f.min, f.extent, f.kind, nest, f.thread_binding, f.annotations)
-    new_root = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, tirx.SeqStmt([*fills, nest]),
+        out = tirx.For(f.loop_var, f.min, f.extent, f.kind, out, f.thread_binding, f.annotations)
+    return out
+
+
+def _lookup_table(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """A fused host function, its loop nests (one per output: a split has several) with each of their costly parts
+    that is a function of one int8 (or uint8) value (through a libm call or a division: a dequantized sigmoid,
+    SiLU, hard-swish or GELU, with its requantization) read from a table of its 256 possible results, computed
+    first by the same expression: every value is what the expression gives, bit for bit. A reduction keeps its
+    order and reads the table inside."""
+    from tvm import s_tir
+    root = func.body.block if isinstance(func.body, s_tir.SBlockRealize) else None
+    if root is None or root.init is not None:
+        return func
+    nests = list(root.body.seq) if isinstance(root.body, tirx.SeqStmt) else [root.body]
+    tables, fills = [], []
+    nests = [_tabled_nest(n, tables, fills) for n in nests]
+    if not tables:
+        return func
+    new_root = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, tirx.SeqStmt([*fills, *nests]),
                             None, [*root.alloc_buffers, *tables], root.match_buffers, root.annotations)
     return func.with_body(s_tir.SBlockRealize(func.body.iter_values, func.body.predicate, new_root))
 
