@@ -114,3 +114,29 @@ def test_a_bias_after_a_one_wide_convolutions_squeeze_folds_into_the_layer(fsim)
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": xs[2]})[0]
     assert got.shape == ref.shape == (1, 24, 36)
     assert np.corrcoef(got.ravel(), ref.ravel())[0, 1] > 0.99
+
+
+def test_a_long_strided_first_kernel_folds_by_blocks(fsim):
+    """silero-vad's STFT form: one channel, a kernel 32 wide at stride 8 (a divisor of it). Its columns fold into
+    the channels with 4 slices of the row cut in blocks of 8 instead of 32 slices, and VTA equals the CPU int8
+    run."""
+    rng = np.random.default_rng(4)
+    w = rng.normal(0, 0.2, (24, 1, 32)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[32], strides=[8])], "stft",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 200])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    mod, params = graph.from_onnx(model)
+    xs = [rng.normal(0, 1, (1, 1, 200)).astype(np.float32) for _ in range(3)]
+    qmod = graph.quantize(mod, params, calibration=xs[:2])
+    pmod = graph.graph_pack(qmod)
+    conv = next(r for r in graph.placement(pmod).rows if r["op"].startswith("conv2d"))
+    assert conv["device"] == "VTA" and conv["fold"], conv
+    assert pmod["main"].script().count("R.strided_slice(") <= 6
+    want, got = run_cpu(qmod, xs[2])[0], run_vta(graph.build(pmod), xs[2])[0]
+    assert got.shape == (1, 24, 22) and len(np.unique(got)) > 20
+    np.testing.assert_array_equal(got, want)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": xs[2]})[0]
+    assert np.corrcoef(got.ravel(), ref.ravel())[0, 1] > 0.99

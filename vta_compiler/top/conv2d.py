@@ -338,11 +338,28 @@ def _folding(c: int, w: int, kw: int, sw: int, pl: int, ow: int):
         n, _, h, _ = shape
         if pl:
             x = emit(relax.op.nn.pad(x, [0, 0, 0, 0, 0, 0, pl, pl]), f"{name}_padw")
+        if sw > 1 and kw % sw == 0:     # a long kernel, strided by a divisor of it (an STFT: 256 by 128)
+            return _folding_by_blocks(x, emit, name, (n, c, h), kw, sw, ow)
         cols = [emit(relax.op.expand_dims(relax.op.strided_slice(
             x, axes=[3], begin=[j], end=[j + sw * (ow - 1) + 1], strides=[sw]), 2)) for j in range(kw)]
         x = emit(relax.op.concat(cols, axis=2), f"{name}_cols")
         return emit(relax.op.reshape(x, (n, c * kw, h, ow)), name)
     return prepare
+
+
+def _folding_by_blocks(x, emit, name: str, nch: tuple[int, int, int], kw: int, sw: int, ow: int):
+    """The folding of a kernel ``kw`` wide at a stride ``sw`` that divides it, with ``kw / sw`` slices instead of
+    ``kw``: column ``o`` of tap ``j = a * sw + r`` is the row's element ``(o + a) * sw + r``, so the row cut in
+    blocks of ``sw`` gives tap block ``a`` as blocks ``a .. a + ow - 1``."""
+    n, c, h = nch
+    q = kw // sw
+    blocks = emit(relax.op.reshape(relax.op.strided_slice(x, axes=[3], begin=[0], end=[(ow + q - 1) * sw]),
+                                   (n, c, h, ow + q - 1, sw)), f"{name}_blocks")
+    taps = [emit(relax.op.expand_dims(relax.op.strided_slice(blocks, axes=[3], begin=[a], end=[a + ow]), 2))
+            for a in range(q)]
+    x = emit(relax.op.concat(taps, axis=2), f"{name}_taps")                # (n, c, q, h, ow, sw)
+    x = emit(relax.op.permute_dims(x, [0, 1, 2, 5, 3, 4]), f"{name}_cols")    # (n, c, q, sw, h, ow)
+    return emit(relax.op.reshape(x, (n, c * kw, h, ow)), name)
 
 
 def check_tiling(t, cob: int, oh: int, ow: int, cib: int, nb: int = 1) -> str | None:
