@@ -255,7 +255,7 @@ def _tabled_nest(nest, tables: list, fills: list):
         return nest
     block = node.block
     store = block.body
-    if not isinstance(store, tirx.BufferStore):
+    if not isinstance(store, tirx.BufferStore) or not _costly(store.value):     # no part of it can be costly
         return nest
     i64 = "int64"
     mine = []

@@ -184,12 +184,12 @@ def _flat_dense_from(node: Node) -> list[Node] | None:
 
 def _unflattens(view: Node, layer: Node) -> bool:
     """Whether ``view`` reshapes a dense layer's (rows, N) output to (..., N): the rows of a sequence again (as
-    ``_flat_dense_from`` and TVM's importer write a rank-3 matmul); or a conv2d's (N, O, 1, W) output to the
-    (N, O, W) of the 1-D convolution it was (``_conv1d_from``)."""
+    ``_flat_dense_from`` and TVM's importer write a rank-3 matmul); or a conv2d's (N, O, 1, L) or (N, O, L, 1)
+    output to the (N, O, L) of a 1-D convolution (``_unit_axis``)."""
     if view.op not in ("relax.reshape", "relax.squeeze"):
         return False
     if layer.op == "conv2d":
-        return _is_row_view(view, layer)
+        return _unit_axis(view, layer) is not None
     return layer.op == "dense" and len(view.shape) > 2 and \
         view.shape[-1] == layer.shape[1] and int(np.prod(view.shape[:-1])) == layer.shape[0]
 
@@ -204,10 +204,6 @@ def _unit_axis(view: Node, layer: Node) -> int | None:
         if s[axis] == 1 and tuple(view.shape) == s[:axis] + s[axis + 1:]:
             return axis
     return None
-
-
-def _is_row_view(view: Node, layer: Node) -> bool:
-    return _unit_axis(view, layer) is not None
 
 
 def _on_rows(nxt: Node, unflat: Node, layer: Node) -> Node | None:

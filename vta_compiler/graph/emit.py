@@ -20,10 +20,6 @@ from .report import host_row, vta_row
 DEVICE_CONSTANT = "vta.runtime.DeviceConstant"
 
 
-def _itemsize(dtype: str) -> int:
-    return np.dtype(dtype).itemsize
-
-
 def _ceil(n: int, k: int) -> int:
     return -(-n // k) * k
 
@@ -67,7 +63,7 @@ class Packer:
                     break
             if n.op not in ELEMENTWISE or id(n) in wanted or len(n.shape) not in (2, 4):
                 continue
-            widens = n.op == "relax.astype" and _itemsize(n.dtype) > _itemsize(n.inputs[0].dtype)
+            widens = n.op == "relax.astype" and np.dtype(n.dtype).itemsize > np.dtype(n.inputs[0].dtype).itemsize
             if widens or _ceil(n.shape[1], bl) >= 2 * n.shape[1]:
                 early.add(id(n))
         return early

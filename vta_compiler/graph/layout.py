@@ -7,9 +7,10 @@ pass them on with no copy and no layout change. A host operator whose input is p
 packed tensor itself, in place in device memory, when it has a packed form (element-wise
 arithmetic, pooling, sums over H and W, concat along whole channel blocks, the (N, C, 1, 1) <->
 (N, C) reshape, nearest upsampling by whole factors); anything else gets the plain form, and the
-layout changes only there. An element-wise op that nothing packed reads (transitively) and whose tensor the
-channel padding at least doubles also runs on the plain form (``Packer._unpack_early``): it is the same one
-layout change, and the op computes only the real channels.
+layout changes only there. An element-wise op that nothing packed reads (transitively), on a tensor the
+channel padding at least doubles or as a widening cast (an int8 layer output's dequantization), also runs on the
+plain form (``Packer._unpack_early``): it is the same one layout change, of fewer bytes, and the op computes
+only the real channels.
 """
 
 from __future__ import annotations
